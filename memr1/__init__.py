@@ -1,0 +1,28 @@
+"""memr1: Memory-R1 in JAX/Flax.
+
+Two LLM agents share an external memory: a Memory Manager that turns dialogue facts into
+ADD / UPDATE / DELETE / NOOP operations on a memory bank, and an Answer Agent that distils the
+retrieved memories and answers. Both are trained with outcome-only RL (exact match of the answer).
+
+Rooms of the package (the folder layout is the architecture):
+  models/     decoder-only backbones (Qwen-2.5, LLaMA-3.1), HF checkpoint import/export
+  sampling/   the jitted KV-cache rollout engine
+  embed/      the Flax MiniLM sentence encoder used for memory retrieval
+  memory/     memory banks as fixed-capacity arrays and their pure operations
+  retrieval/  top-k search over banks (ScaNN, exact)
+  data/       LoCoMo / LongMemEval / MSC loaders, the synthloco generator, training tuples
+  eval/       metrics (EM, F1, BLEU-1, LoCoMo scorer), LLM judges, aggregation
+  agents/     prompts and output parsers of the two agents
+  pipeline/   ingestion and question answering over banks (Memory-R1 and its baselines)
+  rl/         losses, advantages, GAE, log-prob helpers
+  train/      the sharded update step, stages, checkpoints
+
+Axis legend, used in einsum strings and as array-name suffixes (``logits_BTV``, ``q_BTHN``):
+  B batch        T time (query positions)   S key/value positions (cache slots)
+  D model dim    F feed-forward dim         V vocabulary
+  H query heads  K key/value heads          N head dim
+  L layers       G group (samples per state) M memories (bank capacity)
+  E embedding dim of the sentence encoder   Q queries
+"""
+
+__version__ = "0.1.0"

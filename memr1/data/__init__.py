@@ -1,0 +1,1 @@
+"""Dataset loaders, generators, splits and training tuples."""
