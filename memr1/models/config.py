@@ -1,0 +1,143 @@
+"""Backbone hyper-parameters and the size table.
+
+One `ModelConfig` describes both families: Qwen-2/2.5 (q/k/v bias, tied embeddings on the small
+models, RoPE theta 1e6) and LLaMA-3.1 (no bias, untied, RoPE with the "llama3" frequency scaling).
+The size table lives here, next to the model, so configs and tools name sizes rather than copy
+numbers. Parameter counts of every size are checked against the published checkpoints in tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeScaling:
+    """LLaMA-3.1's piecewise rescaling of the RoPE inverse frequencies."""
+
+    factor: float = 8.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Shape and numerics of one decoder-only transformer."""
+
+    family: str  # "qwen2" or "llama"
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    d_ff: int
+    rope_theta: float = 10_000.0
+    rope_scaling: RopeScaling | None = None
+    rms_eps: float = 1e-6
+    qkv_bias: bool = False
+    tie_embeddings: bool = False
+    max_position: int = 32_768
+    param_dtype: str = "float32"
+    dtype: str = "float32"  # compute dtype of matmuls and activations
+    remat: bool = False
+
+    def __post_init__(self):
+        if self.family not in ("qwen2", "llama"):
+            raise ValueError(
+                f"unsupported model family {self.family!r}; expected 'qwen2' or 'llama'"
+            )
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}"
+            )
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim={self.head_dim} must be even for rotary embeddings")
+        for name in ("param_dtype", "dtype"):
+            if getattr(self, name) not in ("float32", "bfloat16", "float16"):
+                raise ValueError(f"{name}={getattr(self, name)!r} is not a supported dtype")
+
+    @property
+    def jnp_param_dtype(self) -> Any:
+        return jnp.dtype(self.param_dtype)
+
+    @property
+    def jnp_dtype(self) -> Any:
+        return jnp.dtype(self.dtype)
+
+    def replace(self, **kwargs) -> ModelConfig:
+        return dataclasses.replace(self, **kwargs)
+
+
+def _qwen(vocab, d, layers, heads, kv, ff, tie) -> ModelConfig:
+    return ModelConfig(
+        family="qwen2",
+        vocab_size=vocab,
+        d_model=d,
+        n_layers=layers,
+        n_heads=heads,
+        n_kv_heads=kv,
+        head_dim=d // heads,
+        d_ff=ff,
+        rope_theta=1_000_000.0,
+        rms_eps=1e-6,
+        qkv_bias=True,
+        tie_embeddings=tie,
+    )
+
+
+# Published shapes; the expected parameter counts are the checkpoints' own totals.
+SIZES: dict[str, ModelConfig] = {
+    # A few million parameters: tests and the CPU demo. Odd-ish GQA ratio on purpose.
+    "tiny": ModelConfig(
+        family="qwen2",
+        vocab_size=4096,
+        d_model=192,
+        n_layers=4,
+        n_heads=6,
+        n_kv_heads=2,
+        head_dim=32,
+        d_ff=576,
+        rope_theta=10_000.0,
+        qkv_bias=True,
+        tie_embeddings=True,
+        max_position=4096,
+    ),
+    "qwen2.5-3b": _qwen(151_936, 2048, 36, 16, 2, 11_008, tie=True),
+    "qwen2.5-7b": _qwen(152_064, 3584, 28, 28, 4, 18_944, tie=False),
+    "qwen2.5-14b": _qwen(152_064, 5120, 48, 40, 8, 13_824, tie=False),
+    "llama3.1-8b": ModelConfig(
+        family="llama",
+        vocab_size=128_256,
+        d_model=4096,
+        n_layers=32,
+        n_heads=32,
+        n_kv_heads=8,
+        head_dim=128,
+        d_ff=14_336,
+        rope_theta=500_000.0,
+        rope_scaling=RopeScaling(),
+        rms_eps=1e-5,
+        qkv_bias=False,
+        tie_embeddings=False,
+        max_position=131_072,
+    ),
+}
+
+PUBLISHED_PARAM_COUNTS: dict[str, int] = {
+    "qwen2.5-3b": 3_085_938_688,
+    "qwen2.5-7b": 7_615_616_512,
+    "qwen2.5-14b": 14_770_033_664,
+    "llama3.1-8b": 8_030_261_248,
+}
+
+
+def get_size(name: str, **overrides) -> ModelConfig:
+    """Returns the named size, optionally with fields overridden (e.g. dtype="bfloat16")."""
+    if name not in SIZES:
+        raise ValueError(f"unknown backbone size {name!r}; expected one of {sorted(SIZES)}")
+    return SIZES[name].replace(**overrides)

@@ -1,0 +1,221 @@
+"""The decoder-only transformer shared by the Qwen-2 and LLaMA-3.1 families (Flax NNX).
+
+At a jit boundary the model is a pure function of its parameter state:
+``forward(params, tokens_BT, positions_BT, mask_BTS, cache, cache_index)`` merges the static
+graph definition with the given parameters, so samplers and update steps can donate, shard and
+checkpoint parameters as plain pytrees.
+
+Attention takes an explicit boolean mask [B, T, S] (query position t may read key slot s), built by
+the caller from left/right padding and causality (see `memr1.models.masks`). With a KV cache, the
+T new keys/values are written at slots [cache_index, cache_index + T) of a preallocated
+[B, S, K, N] buffer and attention reads all S slots through the mask.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from memr1.models.config import ModelConfig
+from memr1.models.rope import apply_rope, inverse_frequencies
+from memr1.sharding import constrain
+
+KVCache = list[dict[str, jax.Array]]  # one {"k": [B,S,K,N], "v": [B,S,K,N]} per layer
+_NEG_INF = -1e30  # finite, so a row with every slot masked (padding) stays NaN-free
+
+
+def _param(rngs: nnx.Rngs | None, shape, names, cfg: ModelConfig, init: str = "normal"):
+    """Creates a parameter with logical axis names (sharding is applied by the trainer)."""
+    dtype = cfg.jnp_param_dtype
+    if init == "normal":
+        value = 0.02 * jax.random.normal(rngs.params(), shape, dtype)
+    elif init == "zeros":
+        value = jnp.zeros(shape, dtype)
+    else:
+        value = jnp.ones(shape, dtype)
+    return nnx.Param(value, sharding_names=tuple(names), eager_sharding=False)
+
+
+class RMSNorm(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.eps = cfg.rms_eps
+        self.scale = _param(rngs, (cfg.d_model,), ("norm",), cfg, init="ones")
+
+    def __call__(self, x_BTD: jax.Array) -> jax.Array:
+        # Normalise in float32 and scale in the activation dtype, as the HF reference does.
+        x = x_BTD.astype(jnp.float32)
+        x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + self.eps)
+        return self.scale.value.astype(x_BTD.dtype) * x.astype(x_BTD.dtype)
+
+
+class Attention(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        d, h, k, n = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.cfg = cfg
+        self.wq = _param(rngs, (d, h, n), ("embed", "q_heads", "head_dim"), cfg)
+        self.wk = _param(rngs, (d, k, n), ("embed", "kv_heads", "head_dim"), cfg)
+        self.wv = _param(rngs, (d, k, n), ("embed", "kv_heads", "head_dim"), cfg)
+        self.wo = _param(rngs, (h, n, d), ("q_heads", "head_dim", "embed"), cfg)
+        if cfg.qkv_bias:
+            self.bq = _param(rngs, (h, n), ("q_heads", "head_dim"), cfg, init="zeros")
+            self.bk = _param(rngs, (k, n), ("kv_heads", "head_dim"), cfg, init="zeros")
+            self.bv = _param(rngs, (k, n), ("kv_heads", "head_dim"), cfg, init="zeros")
+
+    def __call__(self, x_BTD, positions_BT, mask_BTS, cache: dict | None, cache_index):
+        cfg, dt = self.cfg, self.cfg.jnp_dtype
+        q_BTHN = jnp.einsum("btd,dhn->bthn", x_BTD, self.wq.value.astype(dt))
+        k_BTKN = jnp.einsum("btd,dkn->btkn", x_BTD, self.wk.value.astype(dt))
+        v_BTKN = jnp.einsum("btd,dkn->btkn", x_BTD, self.wv.value.astype(dt))
+        if cfg.qkv_bias:
+            q_BTHN = q_BTHN + self.bq.value.astype(dt)
+            k_BTKN = k_BTKN + self.bk.value.astype(dt)
+            v_BTKN = v_BTKN + self.bv.value.astype(dt)
+        inv_freq = inverse_frequencies(cfg)  # numpy, folded into the trace as a constant
+        q_BTHN = apply_rope(q_BTHN, positions_BT, inv_freq)
+        k_BTKN = apply_rope(k_BTKN, positions_BT, inv_freq)
+
+        if cache is None:
+            k_BSKN, v_BSKN, new_cache = k_BTKN, v_BTKN, None
+        else:
+            start = (0, cache_index, 0, 0)
+            k_BSKN = jax.lax.dynamic_update_slice(
+                cache["k"], k_BTKN.astype(cache["k"].dtype), start
+            )
+            v_BSKN = jax.lax.dynamic_update_slice(
+                cache["v"], v_BTKN.astype(cache["v"].dtype), start
+            )
+            new_cache = {"k": k_BSKN, "v": v_BSKN}
+            k_BSKN, v_BSKN = k_BSKN.astype(dt), v_BSKN.astype(dt)
+
+        # Grouped-query attention: each of the K key/value heads serves H/K query heads.
+        b, t, h, n = q_BTHN.shape
+        kv = cfg.n_kv_heads
+        q_BTKGN = q_BTHN.reshape(b, t, kv, h // kv, n)
+        scores = jnp.einsum("btkgn,bskn->bkgts", q_BTKGN, k_BSKN).astype(jnp.float32)
+        scores = scores * (n**-0.5)
+        scores = jnp.where(mask_BTS[:, None, None, :, :], scores, _NEG_INF)
+        probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+        out_BTKGN = jnp.einsum("bkgts,bskn->btkgn", probs, v_BSKN)
+        out_BTHN = out_BTKGN.reshape(b, t, h, n)
+        out_BTD = jnp.einsum("bthn,hnd->btd", out_BTHN, self.wo.value.astype(dt))
+        return out_BTD, new_cache
+
+
+class MLP(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.cfg = cfg
+        self.gate = _param(rngs, (cfg.d_model, cfg.d_ff), ("embed", "mlp"), cfg)
+        self.up = _param(rngs, (cfg.d_model, cfg.d_ff), ("embed", "mlp"), cfg)
+        self.down = _param(rngs, (cfg.d_ff, cfg.d_model), ("mlp", "embed"), cfg)
+
+    def __call__(self, x_BTD):
+        dt = self.cfg.jnp_dtype
+        gate_BTF = jnp.einsum("btd,df->btf", x_BTD, self.gate.value.astype(dt))
+        up_BTF = jnp.einsum("btd,df->btf", x_BTD, self.up.value.astype(dt))
+        h_BTF = constrain(jax.nn.silu(gate_BTF) * up_BTF, ("batch", "length", "mlp"))
+        return jnp.einsum("btf,fd->btd", h_BTF, self.down.value.astype(dt))
+
+
+class Block(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.attn_norm = RMSNorm(cfg, rngs)
+        self.attn = Attention(cfg, rngs)
+        self.mlp_norm = RMSNorm(cfg, rngs)
+        self.mlp = MLP(cfg, rngs)
+
+    def __call__(self, x_BTD, positions_BT, mask_BTS, cache, cache_index):
+        attn_out, new_cache = self.attn(
+            self.attn_norm(x_BTD), positions_BT, mask_BTS, cache, cache_index
+        )
+        x_BTD = constrain(x_BTD + attn_out, ("batch", "length", "embed"))
+        x_BTD = constrain(x_BTD + self.mlp(self.mlp_norm(x_BTD)), ("batch", "length", "embed"))
+        return x_BTD, new_cache
+
+
+class Transformer(nnx.Module):
+    """Token embedding, a stack of pre-norm blocks, a final norm and the LM head."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.cfg = cfg
+        self.embed = _param(rngs, (cfg.vocab_size, cfg.d_model), ("vocab", "embed"), cfg)
+        self.layers = nnx.List([Block(cfg, rngs) for _ in range(cfg.n_layers)])
+        self.final_norm = RMSNorm(cfg, rngs)
+        if not cfg.tie_embeddings:
+            self.lm_head = _param(rngs, (cfg.d_model, cfg.vocab_size), ("embed", "vocab"), cfg)
+
+    def __call__(
+        self,
+        tokens_BT: jax.Array,
+        positions_BT: jax.Array,
+        mask_BTS: jax.Array,
+        cache: KVCache | None = None,
+        cache_index: jax.Array | int = 0,
+    ) -> tuple[jax.Array, KVCache | None]:
+        """Returns the final hidden states [B, T, D] (after the final norm) and the new cache."""
+        dt = self.cfg.jnp_dtype
+        x_BTD = jnp.take(self.embed.value, tokens_BT, axis=0).astype(dt)
+        x_BTD = constrain(x_BTD, ("batch", "length", "embed"))
+        new_cache = [] if cache is not None else None
+        for i, layer in enumerate(self.layers):
+            layer_cache = None if cache is None else cache[i]
+            if self.cfg.remat:
+                # Recompute each block's activations in the backward pass instead of storing them.
+                x_BTD, c = nnx.remat(Block.__call__)(
+                    layer, x_BTD, positions_BT, mask_BTS, layer_cache, cache_index
+                )
+            else:
+                x_BTD, c = layer(x_BTD, positions_BT, mask_BTS, layer_cache, cache_index)
+            if new_cache is not None:
+                new_cache.append(c)
+        return self.final_norm(x_BTD), new_cache
+
+    def unembed(self, h_BTD: jax.Array) -> jax.Array:
+        """Projects hidden states to vocabulary logits [B, T, V] in float32."""
+        dt = self.cfg.jnp_dtype
+        if self.cfg.tie_embeddings:
+            logits = jnp.einsum("btd,vd->btv", h_BTD, self.embed.value.astype(dt))
+        else:
+            logits = jnp.einsum("btd,dv->btv", h_BTD, self.lm_head.value.astype(dt))
+        return logits.astype(jnp.float32)
+
+
+# ----------------------------------------------------------------------------------------------
+# Pure-function view used at jit boundaries.
+# ----------------------------------------------------------------------------------------------
+
+
+def init_model(cfg: ModelConfig, seed: int = 0) -> tuple[nnx.GraphDef, nnx.State]:
+    """Builds a randomly initialised model and splits it into (graphdef, params)."""
+    return nnx.split(Transformer(cfg, nnx.Rngs(params=seed)))
+
+
+def abstract_model(cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State]:
+    """Shapes and dtypes of the parameters, without allocating them (for counts and sharding)."""
+    return nnx.split(nnx.eval_shape(lambda: Transformer(cfg, nnx.Rngs(params=0))))
+
+
+def count_params(params: Any) -> int:
+    return sum(int(x.size) for x in jax.tree.leaves(params))
+
+
+def forward(graphdef, params, tokens_BT, positions_BT, mask_BTS, cache=None, cache_index=0):
+    """Hidden states [B, T, D] and the new cache, as a pure function of `params`."""
+    model = nnx.merge(graphdef, params)
+    return model(tokens_BT, positions_BT, mask_BTS, cache, cache_index)
+
+
+def logits_fn(graphdef, params, h_BTD):
+    """Vocabulary logits [B, T, V] (float32) for hidden states, as a pure function of `params`."""
+    return nnx.merge(graphdef, params).unembed(h_BTD)
+
+
+def init_cache(cfg: ModelConfig, batch: int, length: int, dtype=None) -> KVCache:
+    """A zeroed KV cache of `length` slots per row."""
+    dtype = dtype or cfg.jnp_dtype
+    shape = (batch, length, cfg.n_kv_heads, cfg.head_dim)
+    return [
+        {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)} for _ in range(cfg.n_layers)
+    ]
