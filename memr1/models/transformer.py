@@ -36,7 +36,7 @@ def _param(rngs: nnx.Rngs | None, shape, names, cfg: ModelConfig, init: str = "n
         value = jnp.zeros(shape, dtype)
     else:
         value = jnp.ones(shape, dtype)
-    return nnx.Param(value, sharding_names=tuple(names), eager_sharding=False)
+    return nnx.Param(value, out_sharding=tuple(names), eager_sharding=False)
 
 
 class RMSNorm(nnx.Module):
@@ -48,7 +48,7 @@ class RMSNorm(nnx.Module):
         # Normalise in float32 and scale in the activation dtype, as the HF reference does.
         x = x_BTD.astype(jnp.float32)
         x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + self.eps)
-        return self.scale.value.astype(x_BTD.dtype) * x.astype(x_BTD.dtype)
+        return self.scale[...].astype(x_BTD.dtype) * x.astype(x_BTD.dtype)
 
 
 class Attention(nnx.Module):
@@ -66,13 +66,13 @@ class Attention(nnx.Module):
 
     def __call__(self, x_BTD, positions_BT, mask_BTS, cache: dict | None, cache_index):
         cfg, dt = self.cfg, self.cfg.jnp_dtype
-        q_BTHN = jnp.einsum("btd,dhn->bthn", x_BTD, self.wq.value.astype(dt))
-        k_BTKN = jnp.einsum("btd,dkn->btkn", x_BTD, self.wk.value.astype(dt))
-        v_BTKN = jnp.einsum("btd,dkn->btkn", x_BTD, self.wv.value.astype(dt))
+        q_BTHN = jnp.einsum("btd,dhn->bthn", x_BTD, self.wq[...].astype(dt))
+        k_BTKN = jnp.einsum("btd,dkn->btkn", x_BTD, self.wk[...].astype(dt))
+        v_BTKN = jnp.einsum("btd,dkn->btkn", x_BTD, self.wv[...].astype(dt))
         if cfg.qkv_bias:
-            q_BTHN = q_BTHN + self.bq.value.astype(dt)
-            k_BTKN = k_BTKN + self.bk.value.astype(dt)
-            v_BTKN = v_BTKN + self.bv.value.astype(dt)
+            q_BTHN = q_BTHN + self.bq[...].astype(dt)
+            k_BTKN = k_BTKN + self.bk[...].astype(dt)
+            v_BTKN = v_BTKN + self.bv[...].astype(dt)
         inv_freq = inverse_frequencies(cfg)  # numpy, folded into the trace as a constant
         q_BTHN = apply_rope(q_BTHN, positions_BT, inv_freq)
         k_BTKN = apply_rope(k_BTKN, positions_BT, inv_freq)
@@ -100,7 +100,7 @@ class Attention(nnx.Module):
         probs = jax.nn.softmax(scores, axis=-1).astype(dt)
         out_BTKGN = jnp.einsum("bkgts,bskn->btkgn", probs, v_BSKN)
         out_BTHN = out_BTKGN.reshape(b, t, h, n)
-        out_BTD = jnp.einsum("bthn,hnd->btd", out_BTHN, self.wo.value.astype(dt))
+        out_BTD = jnp.einsum("bthn,hnd->btd", out_BTHN, self.wo[...].astype(dt))
         return out_BTD, new_cache
 
 
@@ -113,10 +113,10 @@ class MLP(nnx.Module):
 
     def __call__(self, x_BTD):
         dt = self.cfg.jnp_dtype
-        gate_BTF = jnp.einsum("btd,df->btf", x_BTD, self.gate.value.astype(dt))
-        up_BTF = jnp.einsum("btd,df->btf", x_BTD, self.up.value.astype(dt))
+        gate_BTF = jnp.einsum("btd,df->btf", x_BTD, self.gate[...].astype(dt))
+        up_BTF = jnp.einsum("btd,df->btf", x_BTD, self.up[...].astype(dt))
         h_BTF = constrain(jax.nn.silu(gate_BTF) * up_BTF, ("batch", "length", "mlp"))
-        return jnp.einsum("btf,fd->btd", h_BTF, self.down.value.astype(dt))
+        return jnp.einsum("btf,fd->btd", h_BTF, self.down[...].astype(dt))
 
 
 class Block(nnx.Module):
@@ -156,7 +156,7 @@ class Transformer(nnx.Module):
     ) -> tuple[jax.Array, KVCache | None]:
         """Returns the final hidden states [B, T, D] (after the final norm) and the new cache."""
         dt = self.cfg.jnp_dtype
-        x_BTD = jnp.take(self.embed.value, tokens_BT, axis=0).astype(dt)
+        x_BTD = jnp.take(self.embed[...], tokens_BT, axis=0).astype(dt)
         x_BTD = constrain(x_BTD, ("batch", "length", "embed"))
         new_cache = [] if cache is not None else None
         for i, layer in enumerate(self.layers):
@@ -176,9 +176,9 @@ class Transformer(nnx.Module):
         """Projects hidden states to vocabulary logits [B, T, V] in float32."""
         dt = self.cfg.jnp_dtype
         if self.cfg.tie_embeddings:
-            logits = jnp.einsum("btd,vd->btv", h_BTD, self.embed.value.astype(dt))
+            logits = jnp.einsum("btd,vd->btv", h_BTD, self.embed[...].astype(dt))
         else:
-            logits = jnp.einsum("btd,dv->btv", h_BTD, self.lm_head.value.astype(dt))
+            logits = jnp.einsum("btd,dv->btv", h_BTD, self.lm_head[...].astype(dt))
         return logits.astype(jnp.float32)
 
 

@@ -1,0 +1,1 @@
+"""RL maths as small pure functions: advantages, GAE, clipped losses, KL, log-probs."""

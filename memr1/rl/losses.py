@@ -1,0 +1,125 @@
+"""Policy, KL and value losses, with an explicit choice of token aggregation.
+
+Sign conventions follow the PPO paper: the surrogate is -min(r·A, clip(r)·A) for every sign of A
+(one public JAX library used max for A < 0, which inverts the trust region).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+AGGREGATIONS = ("token_mean", "seq_mean_token_mean")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+
+
+def aggregate(
+    x_BT: jax.Array,
+    mask_BT: jax.Array,
+    mode: str = "token_mean",
+    *,
+    num_tokens: jax.Array | float | None = None,
+    num_sequences: jax.Array | float | None = None,
+) -> jax.Array:
+    """Reduces a per-token quantity to a scalar.
+
+    "token_mean" divides the masked sum by the token count (DAPO-style: every token weighs the
+    same); under gradient accumulation pass the GLOBAL token count of the whole batch so the
+    micro-batch losses add up to the full-batch loss. "seq_mean_token_mean" averages each
+    sequence over its tokens, then averages sequences (pass the global sequence count likewise).
+    """
+    mask = mask_BT.astype(jnp.float32)
+    if mode == "token_mean":
+        denom = mask.sum() if num_tokens is None else num_tokens
+        return (x_BT * mask).sum() / jnp.maximum(denom, 1.0)
+    if mode == "seq_mean_token_mean":
+        per_seq = (x_BT * mask).sum(-1) / jnp.maximum(mask.sum(-1), 1.0)
+        denom = x_BT.shape[0] if num_sequences is None else num_sequences
+        return per_seq.sum() / jnp.maximum(denom, 1.0)
+    raise ValueError(f"unknown loss aggregation {mode!r}; expected one of {AGGREGATIONS}")
+
+
+def policy_loss(
+    logp_BT: jax.Array,
+    old_logp_BT: jax.Array,
+    adv_BT: jax.Array,
+    mask_BT: jax.Array,
+    *,
+    clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
+    dual_clip: float | None = None,
+    aggregation: str = "token_mean",
+    num_tokens: jax.Array | float | None = None,
+    num_sequences: jax.Array | float | None = None,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """PPO clipped surrogate loss per token, aggregated.
+
+    Args:
+      logp_BT: log-probs of the taken tokens under the policy being optimised.
+      old_logp_BT: log-probs under the policy that sampled them (no gradient).
+      adv_BT: advantages, per token or broadcastable ([B, 1] for sequence-level GRPO).
+      clip_eps / clip_eps_high: the ratio is clipped to [1 - clip_eps, 1 + clip_eps_high].
+      dual_clip: if set (c ≈ 3), the loss for A < 0 is bounded by c·|A|.
+    """
+    eps_high = clip_eps if clip_eps_high is None else clip_eps_high
+    adv = jnp.broadcast_to(adv_BT, logp_BT.shape).astype(jnp.float32)
+    log_ratio = logp_BT.astype(jnp.float32) - jax.lax.stop_gradient(old_logp_BT).astype(jnp.float32)
+    ratio = jnp.exp(log_ratio)
+    unclipped = -ratio * adv
+    clipped = -jnp.clip(ratio, 1.0 - clip_eps, 1.0 + eps_high) * adv
+    per_token = jnp.maximum(unclipped, clipped)  # == -min(r·A, clip(r)·A)
+    if dual_clip is not None:
+        per_token = jnp.where(adv < 0, jnp.minimum(per_token, -dual_clip * adv), per_token)
+    loss = aggregate(
+        per_token, mask_BT, aggregation, num_tokens=num_tokens, num_sequences=num_sequences
+    )
+    mask = mask_BT.astype(jnp.float32)
+    n = jnp.maximum(mask.sum(), 1.0)
+    metrics = {
+        "clip_frac": ((clipped > unclipped).astype(jnp.float32) * mask).sum() / n,
+        "ratio_mean": (ratio * mask).sum() / n,
+        # k3 estimate of KL(old || new) on the sampled tokens: how far the update moved.
+        "approx_kl": ((jnp.exp(-log_ratio) + log_ratio - 1.0) * mask).sum() / n,
+    }
+    return loss, metrics
+
+
+def kl_penalty(logp_BT: jax.Array, ref_logp_BT: jax.Array, estimator: str = "k3") -> jax.Array:
+    """Per-token estimate of KL(policy || reference) from sampled tokens.
+
+    k1 = logp - ref (unbiased, but its expected gradient on-policy is zero, so as a loss it does
+    almost nothing); k2 = ½(logp - ref)²; k3 = exp(ref - logp) - (ref - logp) - 1 (unbiased,
+    non-negative, low variance: the default).
+    """
+    log_ratio = ref_logp_BT.astype(jnp.float32) - logp_BT.astype(jnp.float32)
+    if estimator == "k1":
+        return -log_ratio
+    if estimator == "k2":
+        return 0.5 * log_ratio**2
+    if estimator == "k3":
+        # Clamp the exponent so a token the reference finds very unlikely cannot overflow.
+        log_ratio = jnp.clip(log_ratio, -20.0, 20.0)
+        return jnp.exp(log_ratio) - log_ratio - 1.0
+    raise ValueError(f"unknown KL estimator {estimator!r}; expected one of {KL_ESTIMATORS}")
+
+
+def value_loss(
+    values_BT: jax.Array,
+    old_values_BT: jax.Array,
+    returns_BT: jax.Array,
+    mask_BT: jax.Array,
+    *,
+    clip_eps: float = 0.2,
+    aggregation: str = "token_mean",
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Clipped value loss ½·max((V - R)², (clip(V, V_old ± ε) - R)²), aggregated."""
+    values = values_BT.astype(jnp.float32)
+    old = jax.lax.stop_gradient(old_values_BT).astype(jnp.float32)
+    clipped_values = old + jnp.clip(values - old, -clip_eps, clip_eps)
+    err = (values - returns_BT) ** 2
+    err_clipped = (clipped_values - returns_BT) ** 2
+    per_token = 0.5 * jnp.maximum(err, err_clipped)
+    mask = mask_BT.astype(jnp.float32)
+    n = jnp.maximum(mask.sum(), 1.0)
+    metrics = {"vf_clip_frac": ((err_clipped > err).astype(jnp.float32) * mask).sum() / n}
+    return aggregate(per_token, mask_BT, aggregation), metrics

@@ -1,0 +1,97 @@
+"""The clipped policy loss, KL estimators and value loss against hand computations."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from memr1.rl import losses
+
+EPS = 0.2
+
+
+def _loss_one_token(ratio, adv, **kw):
+    logp = jnp.log(jnp.array([[ratio]]))
+    old = jnp.zeros((1, 1))
+    out, metrics = losses.policy_loss(
+        logp, old, jnp.array([[adv]]), jnp.ones((1, 1)), clip_eps=EPS, **kw
+    )
+    return float(out), metrics
+
+
+@pytest.mark.parametrize(
+    "ratio,adv,expected",
+    [
+        # A > 0: the gain is capped at (1+eps)*A once the ratio exceeds 1+eps ...
+        (1.5, 1.0, -1.2),
+        # ... but a ratio below 1-eps is not clipped (min picks the unclipped, smaller product).
+        (0.5, 1.0, -0.5),
+        # A < 0: a ratio above 1+eps keeps the full (larger) penalty r*A: min(-1.5, -1.2) = -1.5.
+        (1.5, -1.0, 1.5),
+        # A < 0 and ratio below 1-eps: clipped to (1-eps)*A = -0.8 → loss 0.8.
+        (0.5, -1.0, 0.8),
+        # Inside the trust region nothing is clipped.
+        (1.1, 2.0, -2.2),
+    ],
+)
+def test_clip_signs(ratio, adv, expected):
+    loss, _ = _loss_one_token(ratio, adv)
+    assert loss == pytest.approx(expected, rel=1e-5)
+
+
+def test_dual_clip_bounds_negative_advantage_loss():
+    loss, _ = _loss_one_token(10.0, -1.0, dual_clip=3.0)
+    assert loss == pytest.approx(3.0, rel=1e-5)  # min(10, 3) * |A|
+    loss_pos, _ = _loss_one_token(10.0, 1.0, dual_clip=3.0)
+    assert loss_pos == pytest.approx(-1.2, rel=1e-5)  # dual clip only touches A < 0
+
+
+def test_clip_fraction_metric():
+    logp = jnp.log(jnp.array([[1.5, 1.0, 0.5, 1.0]]))
+    _, m = losses.policy_loss(
+        logp, jnp.zeros((1, 4)), jnp.ones((1, 4)), jnp.ones((1, 4)), clip_eps=EPS
+    )
+    # Only the first token is actually clipped (A>0, r>1+eps); r<1-eps with A>0 is not.
+    assert float(m["clip_frac"]) == pytest.approx(0.25)
+
+
+def test_token_mean_vs_sequence_mean_aggregation():
+    per_token = jnp.array([[1.0, 1.0, 1.0, 1.0], [4.0, 0.0, 0.0, 0.0]])
+    mask = jnp.array([[1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0]])
+    # Token mean over the batch: (4 + 4) / 5.
+    assert float(losses.aggregate(per_token, mask, "token_mean")) == pytest.approx(8 / 5)
+    # Sequence mean of token means: (1 + 4) / 2.
+    assert float(losses.aggregate(per_token, mask, "seq_mean_token_mean")) == pytest.approx(2.5)
+    # An explicit global token count (gradient accumulation) replaces the local one.
+    agg = losses.aggregate(per_token, mask, "token_mean", num_tokens=10.0)
+    assert float(agg) == pytest.approx(0.8)
+    with pytest.raises(ValueError, match="aggregation"):
+        losses.aggregate(per_token, mask, "nope")
+
+
+def test_kl_estimators_hand_computed():
+    logp = jnp.array([[np.log(0.5)]])
+    ref = jnp.array([[np.log(0.25)]])
+    d = np.log(0.25) - np.log(0.5)  # ref - logp
+    assert float(losses.kl_penalty(logp, ref, "k1")[0, 0]) == pytest.approx(-d)
+    assert float(losses.kl_penalty(logp, ref, "k2")[0, 0]) == pytest.approx(0.5 * d * d)
+    assert float(losses.kl_penalty(logp, ref, "k3")[0, 0]) == pytest.approx(np.exp(d) - d - 1)
+    with pytest.raises(ValueError, match="KL estimator"):
+        losses.kl_penalty(logp, ref, "k9")
+
+
+def test_k3_gradient_pulls_towards_reference():
+    # The k3 penalty's gradient is non-zero on-policy, unlike k1's expectation.
+    ref = jnp.log(jnp.array([[0.25]]))
+    grad = jax.grad(lambda lp: losses.kl_penalty(lp, ref, "k3").sum())(jnp.log(jnp.array([[0.5]])))
+    assert float(grad[0, 0]) > 0  # lowering logp towards ref lowers the penalty
+
+
+def test_value_loss_clipped():
+    values = jnp.array([[2.0]])
+    old_values = jnp.array([[1.0]])
+    returns = jnp.array([[3.0]])
+    loss, m = losses.value_loss(values, old_values, returns, jnp.ones((1, 1)), clip_eps=0.2)
+    # Unclipped error (2-3)^2 = 1; clipped value 1.2 → (1.2-3)^2 = 3.24; max → 3.24, times 0.5.
+    assert float(loss) == pytest.approx(0.5 * 3.24)
+    assert float(m["vf_clip_frac"]) == pytest.approx(1.0)
