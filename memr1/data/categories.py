@@ -34,7 +34,9 @@ VALID_CATEGORIES = frozenset(LABELLINGS["locomo"])
 def category_name(category: int, labelling: str = "mem0") -> str:
     """Returns the name of a LoCoMo category number under a named labelling."""
     if labelling not in LABELLINGS:
-        raise ValueError(f"unknown category labelling {labelling!r}; expected one of {sorted(LABELLINGS)}")
+        raise ValueError(
+            f"unknown category labelling {labelling!r}; expected one of {sorted(LABELLINGS)}"
+        )
     names = LABELLINGS[labelling]
     if category not in names:
         raise ValueError(f"unknown LoCoMo category {category!r}; expected one of {sorted(names)}")
