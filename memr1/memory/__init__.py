@@ -1,0 +1,100 @@
+"""Memory banks as fixed-capacity arrays, their pure operations, op log and persistence.
+
+A bank (:class:`MemoryBank`) is a pytree of arrays, so operations jit and vmap: the RL manager
+stage applies G candidate ops to G copies of one bank with ``jax.vmap(apply_op)``. Host helpers
+turn text into rows and back, and derive the text view, op history and growth stats from the
+arrays. Banks are saved with Orbax, atomically.
+"""
+
+from memr1.memory.bank import (
+    ADD,
+    DELETE,
+    EVICT,
+    EVICT_LRU,
+    EVICT_OLDEST,
+    KIND_NAMES,
+    NOOP,
+    OVERFLOW_POLICIES,
+    RAISE,
+    UPDATE,
+    Counters,
+    MemoryBank,
+    OpLog,
+    bank_config,
+    empty_bank,
+    log_dropped,
+    stack_banks,
+    tile,
+    unstack,
+)
+from memr1.memory.host import (
+    BankOverflowError,
+    apply_op_checked,
+    counters,
+    growth_stats,
+    memory_history,
+    op_log,
+    raise_if_overflowed,
+    text_view,
+)
+from memr1.memory.ops import (
+    Op,
+    add,
+    apply_op,
+    apply_ops,
+    delete,
+    make_op,
+    mark_retrieved,
+    noop,
+    stack_ops,
+    update,
+)
+from memr1.memory.persist import NotABankError, load_bank, save_bank
+from memr1.memory.text import decode_text, encode_text, encode_texts, truncate_utf8
+
+__all__ = [
+    "ADD",
+    "DELETE",
+    "EVICT",
+    "EVICT_LRU",
+    "EVICT_OLDEST",
+    "KIND_NAMES",
+    "NOOP",
+    "OVERFLOW_POLICIES",
+    "RAISE",
+    "UPDATE",
+    "BankOverflowError",
+    "Counters",
+    "MemoryBank",
+    "NotABankError",
+    "Op",
+    "OpLog",
+    "add",
+    "apply_op",
+    "apply_op_checked",
+    "apply_ops",
+    "bank_config",
+    "counters",
+    "decode_text",
+    "delete",
+    "empty_bank",
+    "encode_text",
+    "encode_texts",
+    "growth_stats",
+    "load_bank",
+    "log_dropped",
+    "make_op",
+    "mark_retrieved",
+    "memory_history",
+    "noop",
+    "op_log",
+    "raise_if_overflowed",
+    "save_bank",
+    "stack_banks",
+    "stack_ops",
+    "text_view",
+    "tile",
+    "truncate_utf8",
+    "unstack",
+    "update",
+]
