@@ -1,0 +1,64 @@
+"""Memory-R1 experiments: one backbone, one RL algorithm, one agent stage, one dataset.
+
+  --config configs/memr1.py:backbone=qwen2.5-7b,algo=grpo,stage=manager,dataset=locomo
+  --config configs/memr1.py:runlocal        (tiny model, one device, short rollouts: a laptop)
+
+Keys of the arg string: backbone (a size in `memr1.models.config.SIZES`), algo (grpo | ppo |
+sft), stage (manager | answer), dataset (synthloco | locomo | longmemeval | msc) and runlocal.
+The returned ConfigDict is locked: overriding a field that does not exist is an error.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from configs import base
+from memr1.models.config import SIZES
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "backbone": tuple(SIZES),
+    "algo": ("grpo", "ppo", "sft"),
+    "stage": ("manager", "answer"),
+    "dataset": ("synthloco", "locomo", "longmemeval", "msc"),
+}
+DEFAULTS: dict[str, object] = {
+    "backbone": "tiny",
+    "algo": "grpo",
+    "stage": "manager",
+    "dataset": "synthloco",
+    "runlocal": False,
+}
+# The backbones of the paper's main tables and its scaling study.
+SWEEP_BACKBONES = ("llama3.1-8b", "qwen2.5-3b", "qwen2.5-7b", "qwen2.5-14b")
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    """Returns the locked experiment config selected by `arg` ("key=value,...")."""
+    v = base.parse_arg(arg, DEFAULTS)
+    for key, allowed in CHOICES.items():
+        if v[key] not in allowed:
+            raise ValueError(f"config arg {key}={v[key]!r} is not one of {list(allowed)}")
+    runlocal = bool(v["runlocal"])
+    backbone = "tiny" if runlocal else str(v["backbone"])
+
+    config = ml_collections.ConfigDict()
+    config.algo = v["algo"]
+    config.stage = v["stage"]
+    config.dataset = v["dataset"]
+    config.seed = 0
+    # The tiny backbone is for CPUs, where bfloat16 matmuls are slow and imprecise.
+    small = backbone == "tiny"
+    config.model = base.model_section(backbone, dtype="float32" if small else "bfloat16")
+    config.hf_dir = base.hf_dir_field()
+    config.mesh = base.mesh_section()
+    config.sampling = base.sampling_section()
+    if runlocal:
+        config.mesh = base.mesh_section(data=1, fsdp=1, tensor=1)
+        config.sampling.max_new_tokens = 32
+    config.lock()
+    return config
+
+
+def sweep() -> list[str]:
+    """Arg strings of the main sweep: every paper backbone under both RL algorithms."""
+    return [f"backbone={b},algo={a}" for b in SWEEP_BACKBONES for a in ("ppo", "grpo")]

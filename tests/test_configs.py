@@ -1,0 +1,75 @@
+"""configs/memr1.py: arg parsing, locking, and loud failures on mistyped keys and values."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def memr1_config(monkeypatch):
+    # Configs live outside the package, at the repository root, as config_flags expects.
+    monkeypatch.syspath_prepend(str(ROOT))
+    return importlib.import_module("configs.memr1")
+
+
+def test_defaults(memr1_config):
+    config = memr1_config.get_config()
+    assert config.model.size == "tiny" and config.model.dtype == "float32"
+    assert (config.algo, config.stage, config.dataset) == ("grpo", "manager", "synthloco")
+    assert config.hf_dir is None
+    assert config.sampling.max_new_tokens == 256
+
+
+def test_overrides(memr1_config):
+    config = memr1_config.get_config("backbone=qwen2.5-7b, algo=ppo,stage=answer,dataset=locomo")
+    assert config.model.size == "qwen2.5-7b" and config.model.dtype == "bfloat16"
+    assert (config.algo, config.stage, config.dataset) == ("ppo", "answer", "locomo")
+
+
+def test_runlocal_shrinks(memr1_config):
+    for arg in ("runlocal", "backbone=llama3.1-8b,runlocal=true"):
+        config = memr1_config.get_config(arg)
+        assert config.model.size == "tiny"
+        assert (config.mesh.data, config.mesh.fsdp, config.mesh.tensor) == (1, 1, 1)
+        assert config.sampling.max_new_tokens == 32
+    assert memr1_config.get_config("runlocal=false").mesh.fsdp == -1
+
+
+def test_locked(memr1_config):
+    config = memr1_config.get_config()
+    with pytest.raises(AttributeError):
+        config.sampling.temprature = 0.5  # a typo must not create a new field
+    with pytest.raises(AttributeError):
+        config.new_section = 1
+    with pytest.raises(TypeError):
+        config.sampling.max_new_tokens = "many"
+    config.sampling.temperature = 0.0  # existing fields stay writable
+    config.hf_dir = "/ckpt/qwen"  # the placeholder takes a string
+    assert config.hf_dir == "/ckpt/qwen"
+
+
+@pytest.mark.parametrize(
+    "arg, message",
+    [
+        ("backbon=tiny", r"unknown config arg key 'backbon'.*\['algo', 'backbone',"),
+        ("algo=dpo", r"algo='dpo' is not one of \['grpo', 'ppo', 'sft'\]"),
+        ("backbone=qwen3", "backbone='qwen3' is not one of"),
+        ("stage", "needs a value"),
+        ("runlocal=maybe", "takes true/false"),
+    ],
+)
+def test_bad_args_fail_loudly(memr1_config, arg, message):
+    with pytest.raises(ValueError, match=message):
+        memr1_config.get_config(arg)
+
+
+def test_sweep_args_are_valid(memr1_config):
+    args = memr1_config.sweep()
+    assert len(args) == len(set(args)) == 2 * len(memr1_config.SWEEP_BACKBONES)
+    for arg in args:
+        assert memr1_config.get_config(arg).model.size != "tiny"
