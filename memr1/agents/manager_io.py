@@ -97,7 +97,11 @@ def _json_rows(items: Sequence) -> str:
 
 
 def render_manager_input(
-    facts: Sequence[str], retrieved: Sequence[tuple[int, str]], *, style: str = "full"
+    facts: Sequence[str],
+    retrieved: Sequence[tuple[int, str]],
+    *,
+    style: str = "full",
+    session_date: str | None = None,
 ) -> tuple[list[Message], dict[int, int]]:
     """The manager's chat messages for a set of new facts.
 
@@ -106,6 +110,8 @@ def render_manager_input(
       retrieved: ``(real_id, text)`` of the memories retrieved for those facts; a real id that
         appears twice is shown once, at its first position.
       style: "full" or "compact".
+      session_date: when the facts were said (the session's date as text); the manager needs it
+        to turn relative time in a fact into a date in the memory. Omitted when None.
 
     Returns:
       ``(messages, id_map)`` where ``id_map[shown_id] = real_id`` and the shown ids are 0..k-1
@@ -127,7 +133,15 @@ def render_manager_input(
     else:
         memories = "\n".join(f"{i}: {one_line(text)}" for i, text in shown) or "(none)"
         fact_block = "\n".join(f"- {one_line(fact)}" for fact in facts) or "(none)"
-    messages = get_template("manager", style).render(memories=memories, facts=fact_block)
+    if session_date is None:
+        date_line = ""
+    elif style == "full":
+        date_line = f"Date of the conversation: {one_line(session_date)}\n\n"
+    else:
+        date_line = f"Date: {one_line(session_date)}\n"
+    messages = get_template("manager", style).render(
+        memories=memories, facts=fact_block, date_line=date_line
+    )
     return messages, id_map
 
 

@@ -142,6 +142,15 @@ def test_manager_input_renumbers_ids(style):
     assert system["content"] == get_template("manager", style).system
 
 
+@pytest.mark.parametrize("style", STYLES)
+def test_manager_input_shows_the_session_date_only_when_given(style):
+    (_, with_date), _ = render_manager_input(FACTS, RETRIEVED, style=style, session_date="8 May")
+    (_, without), _ = render_manager_input(FACTS, RETRIEVED, style=style)
+    assert "8 May" in with_date["content"]
+    assert "Date" not in without["content"]
+    assert with_date["content"].endswith(without["content"])
+
+
 def test_manager_input_with_nothing_retrieved():
     for style in STYLES:
         (_, user), id_map = render_manager_input(["a fact"], [], style=style)
