@@ -1,0 +1,171 @@
+"""Checkpoints of the train state and the data position (an Orbax CheckpointManager).
+
+One checkpoint step holds two items: `state`, the whole `TrainState` (policy parameters,
+optimiser state, critic and its optimiser state, step, RNG key, refused-update count), and
+`data`, a small JSON dict saying where the data stream stands (epoch, index, shuffling seed...:
+whatever the loop needs to continue exactly).
+
+Atomicity: Orbax writes a step into `<dir>/<step>.orbax-checkpoint-tmp-<timestamp>` and renames it
+to `<dir>/<step>` only once every item is written (on file systems with atomic rename, i.e.
+local and network POSIX file systems; on GCS it writes a `commit_success.txt` marker into the
+step directory instead). A crash mid-save therefore leaves only a temporary directory, which
+`all_steps`/`latest_step` do not list and `restore_latest` never reads. At this Orbax version the
+rename mode also writes `commit_success.txt` before renaming, but treats any directory named by a
+bare step number as final; we additionally require the marker, so a step directory copied in by
+hand and cut short (rsync, a full disk) is skipped as well.
+
+Saving is synchronous by default: the state is on disk when `save` returns, which keeps runs
+deterministic and simple to reason about. `async_save=True` lets training continue while the
+arrays are written (call `wait()` before exiting).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+
+from memr1.train.state import TrainState
+
+COMMIT_MARKER = "commit_success.txt"  # written by Orbax as the last file of a step
+
+
+class Checkpointer:
+    """Keeps the last `keep` checkpoints of a run directory and restores the latest one."""
+
+    def __init__(self, directory: str | os.PathLike, *, keep: int = 3, async_save: bool = False):
+        self.directory = os.path.abspath(os.fspath(directory))
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep,
+            enable_async_checkpointing=async_save,
+            create=True,
+        )
+        self._manager = ocp.CheckpointManager(
+            self.directory, options=options, item_names=("state", "data")
+        )
+
+    def save(
+        self, step: int, state: TrainState, data_position: Mapping[str, Any], *, force: bool = False
+    ) -> bool:
+        """Writes `state` and the JSON-serialisable `data_position` as checkpoint `step`.
+
+        Returns False if the manager's save policy skipped this step.
+        """
+        args = ocp.args.Composite(
+            state=ocp.args.PyTreeSave(state),
+            data=ocp.args.JsonSave(dict(data_position)),
+        )
+        return self._manager.save(int(step), args=args, force=force)
+
+    def all_steps(self) -> list[int]:
+        """Finalised steps, oldest first (temporary or marker-less step directories excluded)."""
+        steps = self._manager.all_steps(read=True)
+        return sorted(s for s in steps if os.path.exists(self._commit_marker(s)))
+
+    def latest_step(self) -> int | None:
+        """The newest finalised step, or None."""
+        steps = self.all_steps()
+        return steps[-1] if steps else None
+
+    def _commit_marker(self, step: int) -> str:
+        return os.path.join(self.directory, str(step), COMMIT_MARKER)
+
+    def restore(
+        self, step: int, abstract_state: TrainState, shardings: TrainState | None = None
+    ) -> tuple[TrainState, dict[str, Any]]:
+        """Restores step `step` straight into the target shardings.
+
+        Args:
+          abstract_state: the state's shapes and dtypes (ShapeDtypeStructs or arrays), e.g.
+            `setup.abstract_state`, which carries the shardings too.
+          shardings: a matching tree of shardings (e.g. `setup.state_shardings`); if None, every
+            leaf of `abstract_state` must carry its own. Each array is read shard by shard onto
+            its target devices, never gathered on one host.
+        Returns:
+          (state, data_position).
+        """
+        target = _with_shardings(abstract_state, shardings)
+        args = ocp.args.Composite(
+            state=ocp.args.PyTreeRestore(
+                item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target)
+            ),
+            data=ocp.args.JsonRestore(),
+        )
+        restored = self._manager.restore(int(step), args=args)
+        return restored["state"], dict(restored["data"])
+
+    def restore_params(
+        self, abstract_params: Any, shardings: Any = None, step: int | None = None
+    ) -> Any:
+        """Only the policy parameters of a checkpoint (latest by default), e.g. for a sampler or
+        an evaluation that has no optimiser state and does not know whether a critic was saved.
+
+        Args:
+          abstract_params: the parameter state's shapes (e.g. `setup.abstract_state.params`, or
+            `memr1.models.transformer.abstract_model(cfg)[1]` with `shardings`).
+          shardings: matching shardings, or None if `abstract_params` carries them.
+        Raises:
+          FileNotFoundError: if the directory holds no finalised checkpoint.
+        """
+        step = self.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"{self.directory}: no finalised checkpoint to restore")
+        target = {"params": _with_shardings(abstract_params, shardings)}
+        args = ocp.args.Composite(
+            state=ocp.args.PyTreeRestore(
+                item=target,
+                restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+                partial_restore=True,
+            )
+        )
+        return self._manager.restore(int(step), args=args)["state"]["params"]
+
+    def restore_latest(
+        self, abstract_state: TrainState, shardings: TrainState | None = None
+    ) -> tuple[TrainState, dict[str, Any]] | None:
+        """`restore` of the newest finalised step, or None when the directory has none."""
+        step = self.latest_step()
+        if step is None:
+            return None
+        return self.restore(step, abstract_state, shardings)
+
+    def wait(self) -> None:
+        """Blocks until an asynchronous save has been finalised."""
+        self._manager.wait_until_finished()
+
+    def close(self) -> None:
+        self._manager.wait_until_finished()
+        self._manager.close()
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _with_shardings(abstract: Any, shardings: Any) -> Any:
+    if shardings is None:
+        return jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), abstract
+        )
+    return jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
+    )
+
+
+def restore_params(directory: str | os.PathLike, params_like: Any) -> Any:
+    """The policy parameters of the latest checkpoint in `directory`, shaped and placed like
+    `params_like` (arrays or ShapeDtypeStructs carrying shardings), e.g. for evaluation.
+
+    Raises FileNotFoundError (naming the directory) when it does not exist or holds no finalised
+    checkpoint; an existing directory is never created or modified.
+    """
+    directory = os.fspath(directory)
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"{directory}: checkpoint directory does not exist")
+    with Checkpointer(directory) as ckpt:
+        return ckpt.restore_params(params_like)

@@ -1,0 +1,131 @@
+"""Training metrics on the host: TensorBoard, a JSONL file, a progress bar, and the NaN check.
+
+The loop must not block the device every step. A step's metrics are device arrays that are not
+ready until the step finishes; reading them at once would make the host wait for the device and
+leave the device idle while the host prepares the next batch. `LaggedMetrics` holds on to step
+k's metrics and hands them over (as floats) when step k + 1 has been dispatched, by which time
+step k has usually finished. The NaN/inf check reads those host values, one step late as well.
+
+    lag = LaggedMetrics()
+    with MetricsWriter(workdir) as writer:
+        for step in progress(range(start, total), total=total, initial=start):
+            state, metrics = update(state, batch)
+            if (ready := lag.push(step, metrics)) is not None:
+                check_finite(*ready, on_nonfinite=cfg.on_nonfinite)
+                writer.write(*ready)
+        if (ready := lag.flush()) is not None:
+            writer.write(*ready)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import jax
+import numpy as np
+from tensorboardX import SummaryWriter
+from tqdm.auto import tqdm
+
+
+class NonFiniteError(RuntimeError):
+    """A step produced a non-finite loss or gradient norm and the run is set to stop."""
+
+
+class LaggedMetrics:
+    """Delays host reads of device metrics by one step (see the module docstring)."""
+
+    def __init__(self):
+        self._pending: tuple[int, Any] | None = None
+
+    def push(self, step: int, metrics: Mapping[str, Any]) -> tuple[int, dict[str, float]] | None:
+        """Stores this step's (device) metrics; returns the previous step's as floats, if any."""
+        ready = self.flush()
+        self._pending = (int(step), metrics)
+        return ready
+
+    def flush(self) -> tuple[int, dict[str, float]] | None:
+        """The pending metrics as host floats (blocks on their step), or None."""
+        if self._pending is None:
+            return None
+        step, metrics = self._pending
+        self._pending = None
+        host = jax.device_get(dict(metrics))
+        return step, {k: float(np.asarray(v)) for k, v in host.items()}
+
+
+def check_finite(step: int, metrics: Mapping[str, float], *, on_nonfinite: str = "skip") -> bool:
+    """Returns True if the step's loss and gradient norm are finite.
+
+    The update step has already refused a non-finite update (weights unchanged); this decides
+    what the run does next: "skip" goes on with the next batch, "stop" raises NonFiniteError.
+    """
+    if on_nonfinite not in ("skip", "stop"):
+        raise ValueError(f"on_nonfinite={on_nonfinite!r}; expected 'skip' or 'stop'")
+    bad = {k: v for k, v in metrics.items() if k in ("loss", "grad_norm") and not math.isfinite(v)}
+    if metrics.get("update_refused", 0.0) > 0 or bad:
+        if on_nonfinite == "stop":
+            raise NonFiniteError(
+                f"step {step}: non-finite {bad or 'update'}; the update was refused"
+            )
+        return False
+    return True
+
+
+class MetricsWriter:
+    """Writes scalars to TensorBoard event files and one JSON line per step to metrics.jsonl.
+
+    The JSONL file is flushed after every line, so a crashed run keeps every step it logged.
+    Non-finite values are written as the strings "nan" / "inf" / "-inf" (JSON has no NaN).
+    """
+
+    def __init__(self, logdir: str | os.PathLike, *, tensorboard: bool = True):
+        self.logdir = os.fspath(logdir)
+        os.makedirs(self.logdir, exist_ok=True)
+        self._jsonl = open(os.path.join(self.logdir, "metrics.jsonl"), "a", encoding="utf-8")
+        self._tb = SummaryWriter(self.logdir) if tensorboard else None
+
+    def write(self, step: int, metrics: Mapping[str, float], prefix: str = "train") -> None:
+        record = {"step": int(step)}
+        for name, value in metrics.items():
+            value = float(value)
+            record[f"{prefix}/{name}"] = value if math.isfinite(value) else str(value)
+            if self._tb is not None:
+                self._tb.add_scalar(f"{prefix}/{name}", value, int(step))
+        self._jsonl.write(json.dumps(record) + "\n")
+        self._jsonl.flush()
+
+    def close(self) -> None:
+        self._jsonl.close()
+        if self._tb is not None:
+            self._tb.close()
+
+    def __enter__(self) -> MetricsWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl file (non-finite strings turned back into floats)."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            record = json.loads(line)
+            out.append({k: float(v) if isinstance(v, str) else v for k, v in record.items()})
+    return out
+
+
+def progress(
+    iterable: Iterable, *, total: int, initial: int = 0, desc: str = "train", **tqdm_kwargs
+) -> tqdm:
+    """A tqdm bar over the steps, with rate and ETA; `initial` marks where a resumed run starts,
+    so the ETA counts only the steps run in this process. Show metrics with
+    `bar.set_postfix(loss=..., ...)`; extra keyword arguments go to tqdm (file, disable, ...)."""
+    return tqdm(
+        iterable, total=total, initial=initial, desc=desc, dynamic_ncols=True, **tqdm_kwargs
+    )

@@ -1,0 +1,102 @@
+"""Supervised fine-tuning: next-token cross-entropy on the target tokens of (prompt, target) pairs.
+
+Batch fields (rows over data × fsdp, B divisible by n_micro × data × fsdp):
+  tokens     [B, T] int32  prompt then target, padded on either side.
+  valid      [B, T] bool   real (non-padding) tokens.
+  loss_mask  [B, T] bool   tokens whose prediction is trained (the target, usually with its EOS);
+                           entry t means "predict tokens[:, t] from tokens[:, :t]".
+
+The loss is the token mean over every target token of the whole batch (the global count, also
+under gradient accumulation), so long targets weigh more than short ones, as in TRL's default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from memr1.rl.logprobs import sequence_logprobs
+from memr1.train.state import TrainSetup, TrainState, merge_params
+from memr1.train.update import Batch, make_step, masked_mean
+
+FIELDS = ("tokens", "valid", "loss_mask")
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+    n_micro: int = 1  # micro-batches per step (gradient accumulation)
+    logprob_chunk: int = 128  # sequence chunk of the vocabulary projection
+
+
+def make_sft_step(
+    setup: TrainSetup, cfg: SFTConfig = SFTConfig(), *, grads_only: bool = False
+) -> Callable[[TrainState, Batch], tuple[TrainState, dict[str, jax.Array]]]:
+    """The jitted, donating SFT update `step(state, batch) -> (state, metrics)`.
+
+    Metrics: loss (mean NLL per target token), n_tokens, grad_norm, lr, update_refused.
+    `grads_only=True` builds the non-updating gradient function instead (`update.make_step`).
+    """
+
+    def loss_factory(batch, frozen, _ref):
+        n_tokens = batch["loss_mask"].astype(jnp.float32).sum()
+
+        def loss_fn(diff, mb):
+            params = merge_params(diff[0], frozen)
+            logp, _ = sequence_logprobs(
+                setup.graphdef, params, mb["tokens"], mb["valid"], chunk=cfg.logprob_chunk
+            )
+            mask = mb["loss_mask"] & mb["valid"]
+            return masked_mean(-logp, mask, n_tokens), {}
+
+        return loss_fn, {"n_tokens": n_tokens}
+
+    return make_step(
+        setup,
+        name="SFT",
+        required=FIELDS,
+        n_micro=cfg.n_micro,
+        loss_factory=loss_factory,
+        grads_only=grads_only,
+    )
+
+
+def sft_batch(
+    prompts: list[list[int]], targets: list[list[int]], length: int, pad_id: int = 0
+) -> dict[str, np.ndarray]:
+    """Right-padded SFT batch from token lists: prompt + target, the loss on the target only.
+
+    Raises:
+      ValueError: if a prompt + target pair is longer than `length` (naming the row).
+    """
+    b = len(prompts)
+    tokens = np.full((b, length), pad_id, np.int32)
+    valid = np.zeros((b, length), bool)
+    loss_mask = np.zeros((b, length), bool)
+    for i, (p, t) in enumerate(zip(prompts, targets, strict=True)):
+        n = len(p) + len(t)
+        if n > length:
+            raise ValueError(f"SFT row {i}: prompt {len(p)} + target {len(t)} > length {length}")
+        tokens[i, :n] = list(p) + list(t)
+        valid[i, :n] = True
+        loss_mask[i, len(p) : n] = True
+    return {"tokens": tokens, "valid": valid, "loss_mask": loss_mask}
+
+
+def eval_sft_loss(
+    setup: TrainSetup, params: Any, batch: Mapping[str, Any], chunk: int = 128
+) -> jax.Array:
+    """Mean NLL per target token of a batch under `params` (no update), e.g. for validation."""
+    logp, _ = sequence_logprobs(
+        setup.graphdef,
+        params,
+        jnp.asarray(batch["tokens"]),
+        jnp.asarray(batch["valid"]),
+        chunk=chunk,
+    )
+    mask = jnp.asarray(batch["loss_mask"]) & jnp.asarray(batch["valid"])
+    return masked_mean(-logp, mask, mask.astype(jnp.float32).sum())

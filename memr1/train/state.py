@@ -1,0 +1,311 @@
+"""The train state, created already sharded, and the optimisers.
+
+A `TrainState` is a plain pytree of arrays (step, parameters, optimiser state, RNG key, the
+count of refused updates, and optionally a critic with its own optimiser state); everything
+static (graph definitions, optimisers, the mesh, the shardings) lives in a `TrainSetup` that the
+step factories close over. Parameters and optimiser state never exist unsharded: the
+initialiser is jitted with `out_shardings` derived from the logical axis names that every
+parameter carries (`out_sharding` metadata, mapped by `memr1.sharding.logical_to_spec`). Optax
+keeps the `nnx.Param` wrappers (and their metadata) in Adam's moments, so one rule derives the
+shardings of parameters and optimiser state alike.
+
+Numerics: the weights are stored in `cfg.param_dtype` (float32 master weights for training) and
+the model casts them to `cfg.dtype` (bfloat16 on accelerators) inside each matmul, so gradients
+and Adam moments stay in the storage dtype.
+
+Trainable subset: `trainable` is an nnx filter (default `nnx.Param`, i.e. everything). The
+optimiser state covers only the matching parameters and the steps differentiate only them, so
+LoRA (adapters as `nnx.LoRAParam`, base weights frozen) is `trainable=nnx.LoRAParam` with a
+`module_fn` that returns the adapted model; the steps do not change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx, struct
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from memr1.models.config import ModelConfig
+from memr1.models.transformer import Transformer
+from memr1.sharding import DEFAULT_RULES, logical_to_spec
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """AdamW with linear warmup to a constant learning rate and global-norm clipping."""
+
+    lr: float = 1e-6  # the paper's actor learning rate
+    warmup_steps: int = 10
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.01
+    clip_norm: float = 1.0
+
+
+CRITIC_OPTIM = OptimConfig(lr=1e-5)  # the paper's critic learning rate
+
+
+def warmup_constant(lr: float, warmup_steps: int) -> optax.Schedule:
+    """lr · min(1, (count + 1) / warmup_steps): the first update already moves the weights."""
+    if warmup_steps <= 0:
+        return optax.constant_schedule(lr)
+    return lambda count: lr * jnp.minimum(1.0, (count + 1) / warmup_steps)
+
+
+def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
+    """Clip by global norm, then AdamW; norms and biases (1-D parameters) are not decayed."""
+    decay_mask = lambda params: jax.tree.map(lambda x: x.ndim >= 2, params)
+    return optax.chain(
+        optax.clip_by_global_norm(cfg.clip_norm),
+        optax.adamw(
+            warmup_constant(cfg.lr, cfg.warmup_steps),
+            b1=cfg.b1,
+            b2=cfg.b2,
+            eps=cfg.eps,
+            weight_decay=cfg.weight_decay,
+            mask=decay_mask,
+        ),
+    )
+
+
+@struct.dataclass
+class TrainState:
+    """Everything a step reads and writes (all arrays; donated to the step).
+
+    step: int32 scalar, the number of steps taken (refused updates included).
+    params: the policy's full parameter state (trainable and frozen parts).
+    opt_state: optimiser state of the trainable parameters only.
+    rng: the run's base PRNG key; per-step keys are fold_in(rng, step), see `step_key`.
+    n_refused: int32 scalar, how many updates the NaN/inf guard refused so far.
+    critic_params / critic_opt_state: the PPO value model, None otherwise.
+    """
+
+    step: jax.Array
+    params: nnx.State
+    opt_state: Any
+    rng: jax.Array
+    n_refused: jax.Array
+    critic_params: nnx.State | None = None
+    critic_opt_state: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSetup:
+    """The static half of training: graph definitions, optimisers, mesh and shardings."""
+
+    mesh: Mesh
+    model_cfg: ModelConfig
+    graphdef: nnx.GraphDef
+    tx: optax.GradientTransformation
+    lr_schedule: optax.Schedule
+    trainable: Any  # an nnx filter selecting the trainable parameters
+    state_shardings: TrainState  # a TrainState of NamedShardings
+    abstract_state: TrainState  # ShapeDtypeStructs with those shardings: a restore target
+    rules: tuple = DEFAULT_RULES
+    critic_graphdef: nnx.GraphDef | None = None
+    critic_tx: optax.GradientTransformation | None = None
+
+    @property
+    def param_shardings(self) -> nnx.State:
+        return self.state_shardings.params
+
+    @property
+    def replicated(self) -> NamedSharding:
+        return NamedSharding(self.mesh, PartitionSpec())
+
+
+def split_trainable(params: nnx.State, trainable: Any) -> tuple[nnx.State, nnx.State]:
+    """(trainable, frozen) parts of a parameter state; `merge_params` undoes it."""
+    return nnx.split_state(params, trainable, ...)
+
+
+def rebind(tree: Any) -> Any:
+    """The same arrays in fresh nnx Variables, owned by the trace this is called in.
+
+    nnx Variables remember the trace that made them, and `nnx.remat` (the model's per-block
+    remat) refuses to touch a Variable from an enclosing trace. A parameter state that a
+    `lax.scan` body reads from the surrounding jit (frozen weights, the reference, the critic
+    during `prepare`) is therefore re-wrapped inside the body first.
+    """
+    return jax.tree.map(lambda x: x, tree)
+
+
+def merge_params(trainable: nnx.State, frozen: nnx.State) -> nnx.State:
+    """Undoes `split_trainable`; `frozen` may come from an enclosing trace (see `rebind`)."""
+    return nnx.merge_state(trainable, rebind(frozen))
+
+
+def tree_shardings(mesh: Mesh, tree: Any, rules=DEFAULT_RULES) -> Any:
+    """NamedShardings for a pytree whose nnx Variables carry logical axis names.
+
+    Leaves outside a Variable (Adam's step count, the RNG key) are replicated.
+    """
+    specs = nnx.get_partition_spec(tree)
+    return jax.tree.map(
+        lambda spec: NamedSharding(mesh, logical_to_spec(tuple(spec), rules)),
+        specs,
+        is_leaf=lambda x: isinstance(x, PartitionSpec),
+    )
+
+
+def check_divisible(abstract: Any, shardings: Any) -> None:
+    """Raises a ValueError naming every array whose dimensions its mesh axes do not divide."""
+    problems = []
+    flat_abs = jax.tree_util.tree_flatten_with_path(abstract)[0]
+    for (path, leaf), sharding in zip(flat_abs, jax.tree.leaves(shardings), strict=True):
+        for dim, axes in zip(leaf.shape, sharding.spec, strict=False):
+            axes = (axes,) if isinstance(axes, str) else tuple(axes or ())
+            size = 1
+            for axis in axes:
+                size *= sharding.mesh.shape[axis]
+            if dim % size:
+                name = jax.tree_util.keystr(path)
+                problems.append(f"{name} {tuple(leaf.shape)} over {sharding.spec}")
+    if problems:
+        raise ValueError(
+            "the mesh does not divide these arrays (a mesh axis must divide each dimension it "
+            "shards): " + "; ".join(problems[:8])
+        )
+
+
+def _init_part(
+    mesh: Mesh,
+    module_fn: Callable[[], nnx.Module],
+    tx: optax.GradientTransformation,
+    trainable: Any,
+    params: nnx.State | None,
+    rules,
+    materialize: bool,
+) -> tuple[nnx.GraphDef, Any, Any, Any]:
+    """Graphdef, (params, opt_state) sharded (or None), their shardings and abstract shapes."""
+    graphdef, abstract_params = nnx.split(nnx.eval_shape(module_fn))
+
+    def init_opt(p):
+        return tx.init(split_trainable(p, trainable)[0])
+
+    abstract_opt = jax.eval_shape(init_opt, abstract_params)
+    p_shard, o_shard = tree_shardings(mesh, (abstract_params, abstract_opt), rules)
+    check_divisible(abstract_params, p_shard)
+    abstract = (abstract_params, abstract_opt)
+    if not materialize:
+        return graphdef, (None, None), (p_shard, o_shard), abstract
+    if params is None:
+        params = jax.jit(lambda: nnx.split(module_fn())[1], out_shardings=p_shard)()
+    else:
+        # Host (or differently placed) weights, e.g. from an HF checkpoint: place each shard.
+        params = jax.device_put(params, p_shard)
+    opt_state = jax.jit(init_opt, out_shardings=o_shard)(params)
+    return graphdef, (params, opt_state), (p_shard, o_shard), abstract
+
+
+def create_train_state(
+    mesh: Mesh,
+    model_cfg: ModelConfig,
+    optim: OptimConfig = OptimConfig(),
+    *,
+    seed: int = 0,
+    params: nnx.State | None = None,
+    module_fn: Callable[[], nnx.Module] | None = None,
+    trainable: Any = nnx.Param,
+    critic_cfg: ModelConfig | None = None,
+    critic_optim: OptimConfig = CRITIC_OPTIM,
+    critic_params: nnx.State | None = None,
+    rules=DEFAULT_RULES,
+    materialize: bool = True,
+) -> tuple[TrainSetup, TrainState | None]:
+    """Builds the sharded train state and its static setup.
+
+    Args:
+      mesh: from `memr1.train.mesh.build_mesh`.
+      model_cfg: the policy backbone (dtype = compute dtype, param_dtype = master weights).
+      optim: the policy optimiser (paper: lr 1e-6, constant after warmup).
+      seed: seeds the random initialisation and the state's base RNG key.
+      params: weights to start from (e.g. an HF checkpoint); random initialisation if None.
+      module_fn: builds the policy module (default `Transformer(model_cfg)`); a LoRA-adapted
+        model plugs in here together with `trainable=nnx.LoRAParam`.
+      trainable: nnx filter of the parameters the optimiser updates.
+      critic_cfg: if set, a PPO value model (`memr1.train.critic.ValueModel`) is created too.
+      critic_optim / critic_params: its optimiser (paper: lr 1e-5) and optional start weights.
+      materialize: False allocates nothing and returns (setup, None): a run that resumes from a
+        checkpoint restores straight into `setup.abstract_state`.
+    Returns:
+      (setup, state), with every array of `state` placed by `setup.state_shardings`.
+    """
+    if module_fn is None:
+        module_fn = lambda: Transformer(model_cfg, nnx.Rngs(params=seed))
+    tx = make_optimizer(optim)
+    graphdef, (p, o), (p_sh, o_sh), (p_abs, o_abs) = _init_part(
+        mesh, module_fn, tx, trainable, params, rules, materialize
+    )
+    c_graphdef = c_tx = c_p = c_o = c_psh = c_osh = c_pabs = c_oabs = None
+    if critic_cfg is not None:
+        from memr1.train.critic import ValueModel  # the critic module imports this one
+
+        c_tx = make_optimizer(critic_optim)
+        critic_fn = lambda: ValueModel(critic_cfg, nnx.Rngs(params=seed + 1))
+        c_graphdef, (c_p, c_o), (c_psh, c_osh), (c_pabs, c_oabs) = _init_part(
+            mesh, critic_fn, c_tx, nnx.Param, critic_params, rules, materialize
+        )
+    replicated = NamedSharding(mesh, PartitionSpec())
+    shardings = TrainState(
+        step=replicated,
+        params=p_sh,
+        opt_state=o_sh,
+        rng=replicated,
+        n_refused=replicated,
+        critic_params=c_psh,
+        critic_opt_state=c_osh,
+    )
+    scalar = jax.ShapeDtypeStruct((), jnp.int32)
+    key = jax.eval_shape(lambda: jax.random.PRNGKey(seed))
+    abstract = TrainState(scalar, p_abs, o_abs, key, scalar, c_pabs, c_oabs)
+    abstract = jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
+    )
+    setup = TrainSetup(
+        mesh=mesh,
+        model_cfg=model_cfg,
+        graphdef=graphdef,
+        tx=tx,
+        lr_schedule=warmup_constant(optim.lr, optim.warmup_steps),
+        trainable=trainable,
+        state_shardings=shardings,
+        abstract_state=abstract,
+        rules=tuple(rules),
+        critic_graphdef=c_graphdef,
+        critic_tx=c_tx,
+    )
+    if not materialize:
+        return setup, None
+    state = TrainState(
+        step=jax.device_put(jnp.int32(0), replicated),
+        params=p,
+        opt_state=o,
+        rng=jax.device_put(jax.random.PRNGKey(seed), replicated),
+        n_refused=jax.device_put(jnp.int32(0), replicated),
+        critic_params=c_p,
+        critic_opt_state=c_o,
+    )
+    return setup, state
+
+
+def make_reference(setup: TrainSetup, params: nnx.State, dtype: str | None = None) -> nnx.State:
+    """A frozen copy of the policy parameters for the KL term, sharded like the policy.
+
+    It is a real copy: the train state is donated to every step, so sharing its buffers would
+    leave the reference pointing at freed memory. `dtype="bfloat16"` halves its memory.
+    """
+    cast = (lambda x: jnp.copy(x)) if dtype is None else (lambda x: x.astype(dtype))
+    return jax.jit(lambda p: jax.tree.map(cast, p), out_shardings=setup.param_shardings)(params)
+
+
+def step_key(rng: jax.Array, step: jax.Array | int, stream: int = 0) -> jax.Array:
+    """The key of one step (and one stream of randomness within it): fold_in(rng, step)."""
+    return jax.random.fold_in(jax.random.fold_in(rng, step), stream)

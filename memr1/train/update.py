@@ -1,0 +1,264 @@
+"""Pieces every update step shares: batch placement, micro-batching, the guarded optimiser update.
+
+Gradient accumulation: a batch of B rows is split into M micro-batches that a `lax.scan` visits
+one after another, summing gradients. Each micro-batch loss is divided by the GLOBAL token count
+of the whole batch (not its own), so the summed gradient is exactly the gradient of the full-batch
+token-mean loss. Rows are assigned to micro-batches by interleaving (micro-batch m holds rows
+m, m + M, m + 2M, ...): every device's contiguous slice of the batch then contributes equally to
+every micro-batch, and the split needs no communication.
+
+`make_step` is the one skeleton of every update (SFT, GRPO, PPO): they differ only in their loss
+functions. The NaN/inf guard: if the loss or the gradient norm is not finite, the new parameters and
+optimiser state are replaced by the old ones with `jnp.where` (so a poisoned step leaves the
+weights bitwise unchanged), `update_refused` is 1 in the metrics and the state's `n_refused`
+counter grows. The host loop decides from those whether to skip on or stop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import NamedSharding
+
+from memr1.rl.logprobs import sequence_logprobs
+from memr1.sharding import logical_to_spec, use_mesh
+from memr1.train.state import (
+    TrainSetup,
+    TrainState,
+    merge_params,
+    rebind,
+    split_trainable,
+    tree_shardings,
+)
+
+Batch = Mapping[str, jax.Array]
+
+
+def batch_sharding(setup: TrainSetup) -> NamedSharding:
+    """Sharding of every batch array: the leading (row) dimension over data × fsdp."""
+    return NamedSharding(setup.mesh, logical_to_spec(("batch",), setup.rules))
+
+
+def check_batch(
+    batch: Batch, required: tuple[str, ...], n_micro: int, row_divisor: int, name: str
+) -> int:
+    """Validates field names and shapes at trace time (before any compute); returns B."""
+    missing = [k for k in required if k not in batch]
+    if missing:
+        raise ValueError(f"{name} batch lacks fields {missing}; it has {sorted(batch)}")
+    rows = {k: v.shape[0] for k, v in batch.items()}
+    b = rows[required[0]]
+    if any(r != b for r in rows.values()):
+        raise ValueError(f"{name} batch fields disagree on the number of rows: {rows}")
+    if b % (n_micro * row_divisor):
+        raise ValueError(
+            f"{name} batch of {b} rows cannot be split into {n_micro} micro-batches whose rows "
+            f"divide over {row_divisor} data×fsdp devices (need a multiple of "
+            f"{n_micro * row_divisor})"
+        )
+    return b
+
+
+def shard_batch(setup: TrainSetup, batch: Mapping[str, Any]) -> dict[str, jax.Array]:
+    """Places a host batch on the mesh (rows over data × fsdp).
+
+    On several processes each one passes its own rows and they are stitched into global arrays.
+    """
+    sharding = batch_sharding(setup)
+    divisor = setup.mesh.shape["data"] * setup.mesh.shape["fsdp"] // jax.process_count()
+    for k, v in batch.items():
+        if np.shape(v)[0] % divisor:
+            raise ValueError(
+                f"batch field {k!r} has {np.shape(v)[0]} rows on this process, not a multiple "
+                f"of the {divisor} data×fsdp shards it holds"
+            )
+    if jax.process_count() > 1:
+        return {
+            k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
+            for k, v in batch.items()
+        }
+    return {k: jax.device_put(v, sharding) for k, v in batch.items()}
+
+
+def to_micro(batch: Batch, n_micro: int) -> dict[str, jax.Array]:
+    """Splits rows into M interleaved micro-batches: [B, ...] -> [M, B/M, ...]."""
+
+    def split(x):
+        b = x.shape[0]
+        x = x.reshape(b // n_micro, n_micro, *x.shape[1:])
+        return jnp.swapaxes(x, 0, 1)
+
+    return {k: split(v) for k, v in batch.items()}
+
+
+def accumulate(
+    setup: TrainSetup,
+    loss_fn: Callable[[Any, Batch], tuple[jax.Array, dict[str, jax.Array]]],
+    diff_params: Any,
+    micro: Batch,
+) -> tuple[jax.Array, Any, dict[str, jax.Array]]:
+    """Sums (loss, grads, metrics) of `loss_fn` over the leading micro-batch axis with a scan.
+
+    `loss_fn` must already normalise by global counts, so the sums are the full-batch values.
+    Gradients are accumulated in float32 whatever the parameter dtype, in a buffer sharded like
+    the parameters (an unsharded accumulator would not fit beside a large model).
+    """
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+    def body(grads_acc, mb):
+        (loss, metrics), grads = grad_fn(diff_params, mb)
+        grads_acc = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), grads_acc, grads)
+        return grads_acc, (loss, metrics)
+
+    zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), diff_params)
+    zeros = jax.lax.with_sharding_constraint(
+        zeros, tree_shardings(setup.mesh, diff_params, setup.rules)
+    )
+    # Per-micro-batch losses and metrics are scalars: stacking them costs nothing, and their
+    # sums over the micro axis are the full-batch values.
+    grads, (loss_M, metrics_M) = jax.lax.scan(body, zeros, micro)
+    loss, metrics = loss_M.sum(), jax.tree.map(lambda m: m.sum(0), metrics_M)
+    grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, diff_params)
+    return loss, grads, metrics
+
+
+def guarded_update(
+    tx: optax.GradientTransformation, params: Any, opt_state: Any, grads: Any, ok: jax.Array
+) -> tuple[Any, Any]:
+    """One optimiser update that keeps the old parameters and state bitwise where `ok` is False."""
+    updates, new_opt_state = tx.update(grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    keep = lambda new, old: jnp.where(ok, new, old)
+    return jax.tree.map(keep, new_params, params), jax.tree.map(keep, new_opt_state, opt_state)
+
+
+LossFactory = Callable[
+    [Batch, Any, Any], tuple[Callable[[Any, Batch], tuple[jax.Array, dict]], dict[str, jax.Array]]
+]
+
+
+def make_step(
+    setup: TrainSetup,
+    *,
+    name: str,
+    required: tuple[str, ...],
+    n_micro: int,
+    loss_factory: LossFactory,
+    with_ref: bool = False,
+    with_critic: bool = False,
+    grads_only: bool = False,
+) -> Callable[..., tuple]:
+    """The jitted, donating update `step(state, batch[, ref_params]) -> (state, metrics)`.
+
+    Args:
+      loss_factory: `(batch, frozen_params, ref_params) -> (loss_fn, batch_metrics)`, where
+        `loss_fn(diff_params, micro_batch) -> (loss, metrics)` is normalised by global counts of
+        `batch` and `diff_params` is `(trainable,)` or `(trainable, critic_params)`.
+      with_ref: the step takes a third argument, the reference parameters (sharded like the
+        policy); without it the step has no such argument at all.
+      with_critic: the critic is trained by the same loss with its own optimiser.
+      grads_only: instead build `(state, batch[, ref]) -> (loss, grads, metrics)`, which
+        updates nothing and donates nothing (gradient checks and diagnostics); grads is
+        `(trainable,)` or `(trainable, critic)`.
+    """
+    if with_critic and setup.critic_graphdef is None:
+        raise ValueError(f"the {name} step trains a critic but the train state has none")
+    divisor = setup.mesh.shape["data"] * setup.mesh.shape["fsdp"]
+
+    def step(state: TrainState, batch: Batch, ref_params=None):
+        with use_mesh(setup.mesh, setup.rules):
+            check_batch(batch, required, n_micro, divisor, name)
+            trainable, frozen = split_trainable(state.params, setup.trainable)
+            diff = (trainable, state.critic_params) if with_critic else (trainable,)
+            loss_fn, metrics = loss_factory(batch, frozen, ref_params)
+            loss, grads, micro_metrics = accumulate(setup, loss_fn, diff, to_micro(batch, n_micro))
+            if grads_only:
+                return loss, grads, {**metrics, **micro_metrics}
+            ok = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(grads))
+            new_tr, new_opt = guarded_update(setup.tx, trainable, state.opt_state, grads[0], ok)
+            new_state = state.replace(
+                step=state.step + 1,
+                params=merge_params(new_tr, frozen),
+                opt_state=new_opt,
+                n_refused=state.n_refused + (~ok).astype(jnp.int32),
+            )
+            if with_critic:
+                new_c, new_c_opt = guarded_update(
+                    setup.critic_tx, state.critic_params, state.critic_opt_state, grads[1], ok
+                )
+                new_state = new_state.replace(critic_params=new_c, critic_opt_state=new_c_opt)
+                metrics["critic_grad_norm"] = optax.tree.norm(grads[1])
+            metrics.update(micro_metrics)
+            metrics["loss"] = loss
+            metrics["grad_norm"] = optax.tree.norm(grads[0])
+            metrics["update_refused"] = (~ok).astype(jnp.float32)
+            metrics["lr"] = jnp.asarray(setup.lr_schedule(state.step - state.n_refused))
+            return new_state, metrics
+
+    state_and_batch = (setup.state_shardings, batch_sharding(setup))
+    out_shardings = (setup.state_shardings, setup.replicated)
+    donate = 0
+    if grads_only:
+        grad_shardings = (split_trainable(setup.param_shardings, setup.trainable)[0],)
+        if with_critic:
+            grad_shardings += (setup.state_shardings.critic_params,)
+        out_shardings = (setup.replicated, grad_shardings, setup.replicated)
+        donate = ()
+    if with_ref:
+        in_shardings = (*state_and_batch, setup.param_shardings)
+        return jax.jit(
+            step, in_shardings=in_shardings, out_shardings=out_shardings, donate_argnums=donate
+        )
+    return jax.jit(
+        lambda state, batch: step(state, batch),
+        in_shardings=state_and_batch,
+        out_shardings=out_shardings,
+        donate_argnums=donate,
+    )
+
+
+def masked_mean(x_BT: jax.Array, mask_BT: jax.Array, denom: jax.Array) -> jax.Array:
+    """sum(x · mask) / denom, the building block of globally normalised metrics."""
+    return (x_BT * mask_BT.astype(jnp.float32)).sum() / jnp.maximum(denom, 1.0)
+
+
+def make_logprob_fn(
+    setup: TrainSetup, *, n_micro: int = 1, chunk: int = 128, temperature: float = 1.0
+) -> Callable[[Any, Batch], jax.Array]:
+    """A jitted `(params, batch) -> logp [B, T]` over micro-batches, without gradients.
+
+    Used to recompute the old policy's log-probs before several update epochs, or to score
+    tokens whose sampler log-probs are not available. The batch needs `tokens` and `valid`.
+    """
+
+    def fn(params, batch):
+        with use_mesh(setup.mesh, setup.rules):
+            divisor = setup.mesh.shape["data"] * setup.mesh.shape["fsdp"]
+            check_batch(batch, ("tokens", "valid"), n_micro, divisor, "logprob")
+            micro = to_micro({"tokens": batch["tokens"], "valid": batch["valid"]}, n_micro)
+
+            def body(_, mb):
+                logp, _ = sequence_logprobs(
+                    setup.graphdef,
+                    rebind(params),
+                    mb["tokens"],
+                    mb["valid"],
+                    temperature=temperature,
+                    chunk=chunk,
+                )
+                return None, logp
+
+            _, logp_MBT = jax.lax.scan(body, None, micro)
+            # Undo the interleaving: [M, B/M, T] -> [B/M, M, T] -> [B, T].
+            return jnp.swapaxes(logp_MBT, 0, 1).reshape(batch["tokens"].shape)
+
+    return jax.jit(
+        fn,
+        in_shardings=(setup.param_shardings, batch_sharding(setup)),
+        out_shardings=batch_sharding(setup),
+    )

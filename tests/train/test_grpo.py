@@ -1,0 +1,119 @@
+"""The GRPO step: it follows the advantages, logs the sampler gap, skips the reference at β = 0,
+and refuses a poisoned update."""
+
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from memr1.train import grpo, update
+from tests.train import tiny
+from tests.train.conftest import GRPO_CFG
+
+
+def _sequence_logp(logp_fn, params, batch):
+    logp = np.asarray(logp_fn(params, batch))
+    return (logp * batch["response_mask"]).sum(-1)
+
+
+def test_grpo_epochs_on_sampler_logprobs_follow_the_advantages(policy, reference):
+    """3 updates on one batch whose old log-probs come from a "sampler".
+
+    The old log-probs are the trainer's own (so the first ratio is exactly 1) and the sampler's
+    are made 0.05 lower per token, which the gap metric must report.
+    """
+    setup, s0 = policy
+    batch = tiny.grpo_batch()
+    logp_fn = update.make_logprob_fn(setup, chunk=tiny.CHUNK)
+    old = np.asarray(logp_fn(s0.params, batch))
+    batch["old_logp"] = old
+    batch["sampler_logp"] = (old - 0.05 * batch["response_mask"]).astype(np.float32)
+    step = grpo.make_grpo_step(setup, GRPO_CFG)
+    state = tiny.copy_tree(s0)
+    history = []
+    for _ in range(3):
+        state, metrics = step(state, batch, reference)
+        history.append(jax.device_get(metrics))
+
+    first = history[0]
+    assert float(first["ratio_mean"]) == pytest.approx(1.0, abs=1e-6)
+    assert float(first["approx_kl"]) == pytest.approx(0.0, abs=1e-7)
+    assert float(first["kl"]) == pytest.approx(0.0, abs=1e-7)  # the policy still is the reference
+    assert float(first["logprob_gap"]) == pytest.approx(0.05, rel=1e-4)
+    assert float(first["logprob_gap_abs"]) == pytest.approx(0.05, rel=1e-4)
+    lengths = batch["response_mask"].sum(-1)
+    assert float(first["response_length"]) == pytest.approx(lengths.mean())
+    assert float(first["response_length_max"]) == lengths.max()
+    assert float(history[-1]["approx_kl"]) > 0 and float(history[-1]["kl"]) > 0
+    for m in history:
+        assert np.isfinite(float(m["entropy"])) and float(m["entropy"]) > 0
+        assert float(m["update_refused"]) == 0.0
+
+    before = _sequence_logp(logp_fn, s0.params, batch)
+    after = _sequence_logp(logp_fn, state.params, batch)
+    adv = batch["advantages"]
+    assert (adv > 0).any() and (adv < 0).any()
+    gain = after - before
+    assert gain[adv > 0].mean() > 0.05, f"positively advantaged rows lost log-prob: {gain}"
+    assert gain[adv < 0].mean() < -0.05, f"negatively advantaged rows gained log-prob: {gain}"
+    assert not tiny.leaves_equal(state.params, s0.params)
+
+
+def test_beta_zero_never_traces_the_reference_pass(policy, reference, monkeypatch):
+    setup, s0 = policy
+    calls = []
+    real = grpo.sequence_logprobs
+    monkeypatch.setattr(grpo, "sequence_logprobs", lambda *a, **k: calls.append(1) or real(*a, **k))
+    batch = tiny.grpo_batch()
+    cfg = dict(n_micro=1, logprob_chunk=tiny.CHUNK)
+    grpo.make_grpo_step(setup, grpo.GRPOConfig(kl_beta=0.0, **cfg)).trace(s0, batch)
+    without_ref = len(calls)
+    calls.clear()
+    grpo.make_grpo_step(setup, grpo.GRPOConfig(kl_beta=0.1, **cfg)).trace(s0, batch, reference)
+    with_ref = len(calls)
+    assert (without_ref, with_ref) == (1, 2), "β = 0 must trace only the policy's forward pass"
+    # The β = 0 step has no reference argument at all; the β > 0 step requires one (jit's own
+    # argument check says so before anything is traced).
+    with pytest.raises((TypeError, ValueError)):
+        grpo.make_grpo_step(setup, grpo.GRPOConfig(kl_beta=0.0, **cfg)).trace(s0, batch, reference)
+    with pytest.raises(ValueError, match="in_shardings"):
+        grpo.make_grpo_step(setup, grpo.GRPOConfig(kl_beta=0.1, **cfg)).trace(s0, batch, None)
+
+
+def test_nan_guard_refuses_a_poisoned_update(policy, reference, grpo_step):
+    setup, s0 = policy
+    poisoned = tiny.grpo_batch()
+    poisoned["advantages"][3] = np.nan
+    before = tiny.copy_tree(s0)
+    state, metrics = grpo_step(tiny.copy_tree(s0), poisoned, reference)
+    assert float(metrics["update_refused"]) == 1.0
+    assert not np.isfinite(float(metrics["loss"]))
+    assert tiny.leaves_equal(state.params, before.params), "a refused update changed the weights"
+    assert tiny.leaves_equal(state.opt_state, before.opt_state)
+    assert int(state.step) == 1 and int(state.n_refused) == 1
+    # The next clean batch trains normally, with the warmup schedule not advanced by the refusal.
+    state, metrics = grpo_step(state, tiny.grpo_batch(step=1), reference)
+    assert float(metrics["update_refused"]) == 0.0
+    assert float(metrics["lr"]) == pytest.approx(1.5e-3)
+    assert int(state.step) == 2 and int(state.n_refused) == 1
+    assert not tiny.leaves_equal(state.params, before.params)
+
+
+def test_grpo_batch_from_rollout_lines_up_tokens_masks_and_logprobs():
+    # B = 1 prompt, G = 2 samples, prompt bucket 3 (left-padded), 3 new tokens (right-padded).
+    rollout = types.SimpleNamespace(
+        prompt_tokens=jnp.array([[0, 7, 8], [0, 7, 8]], jnp.int32),
+        prompt_mask=jnp.array([[0, 1, 1], [0, 1, 1]], bool),
+        tokens=jnp.array([[4, 5, 0], [6, 0, 0]], jnp.int32),
+        mask=jnp.array([[1, 1, 0], [1, 0, 0]], bool),
+        logprobs=jnp.array([[-0.5, -1.0, 0.0], [-2.0, 0.0, 0.0]], jnp.float32),
+    )
+    batch, stats = grpo.grpo_batch_from_rollout(rollout, jnp.array([[1.0, 0.0]]))
+    np.testing.assert_array_equal(batch["tokens"][0], [0, 7, 8, 4, 5, 0])
+    np.testing.assert_array_equal(batch["valid"][1], [0, 1, 1, 1, 0, 0])
+    np.testing.assert_array_equal(batch["response_mask"][0], [0, 0, 0, 1, 1, 0])
+    np.testing.assert_array_equal(batch["old_logp"][0], [0, 0, 0, -0.5, -1.0, 0])
+    np.testing.assert_allclose(batch["advantages"], [0.7071, -0.7071], atol=1e-4)
+    assert float(stats["zero_signal_frac"]) == 0.0

@@ -1,0 +1,68 @@
+"""PPO: rewards on the final token, GAE + whitening in `prepare`, actor and critic both learn."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from memr1.train import mesh, ppo, state
+from tests.train import tiny
+
+
+def test_reward_sits_on_each_rows_last_response_token():
+    mask = jnp.array([[0, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]], bool)
+    got = ppo.final_token_rewards(jnp.array([2.0, -1.0, 5.0]), mask)
+    np.testing.assert_array_equal(got, [[0, 0, 2, 0], [0, 0, 0, -1], [0, 0, 0, 0]])
+
+
+def test_prepare_then_updates_train_actor_and_critic():
+    m = mesh.build_mesh(1, 1, 1)
+    critic_optim = state.OptimConfig(lr=5e-3, warmup_steps=0)
+    setup, s0 = state.create_train_state(
+        m, tiny.CFG, state.OptimConfig(lr=3e-3, warmup_steps=0), seed=1,
+        critic_cfg=tiny.CFG, critic_optim=critic_optim,
+    )  # fmt: skip
+    cfg = ppo.PPOConfig(n_micro=2, lam=0.9, logprob_chunk=tiny.CHUNK)
+    raw = tiny.grpo_batch()
+    raw.pop("advantages")
+    raw["rewards"] = np.array([1, 0, 1, 1, 0, 0, 1, 0], np.float32)
+
+    batch, prep_metrics = ppo.make_ppo_prepare(setup, cfg)(s0, raw)
+    mask = raw["response_mask"]
+    adv = np.asarray(batch["advantages"])
+    # Whitened over the batch's response tokens only; zero elsewhere.
+    assert adv[mask].mean() == pytest.approx(0.0, abs=1e-5)
+    assert adv[mask].std() == pytest.approx(1.0, abs=1e-3)
+    assert np.all(adv[~mask] == 0)
+    # The zero-initialised value head predicts 0, so each return is the reward discounted by
+    # λ^(tokens to the end) (γ = 1), and exactly the reward on the final token.
+    np.testing.assert_array_equal(np.asarray(batch["old_values"]), 0.0)
+    returns = np.asarray(batch["returns"])
+    for row in range(tiny.ROWS):
+        cols = np.flatnonzero(mask[row])
+        expected = raw["rewards"][row] * 0.9 ** (cols[-1] - cols)
+        np.testing.assert_allclose(returns[row, cols], expected, rtol=1e-5)
+    assert float(prep_metrics["reward_mean"]) == pytest.approx(0.5)
+
+    step = ppo.make_ppo_step(setup, cfg)
+    s = tiny.copy_tree(s0)
+    history = []
+    for _ in range(3):
+        s, metrics = step(s, batch)
+        history.append(jax.device_get(metrics))
+    # On-policy first epoch: ratio 1 and a whitened advantage sum to a zero surrogate.
+    assert float(history[0]["pg_loss"]) == pytest.approx(0.0, abs=1e-5)
+    values = [float(h["value_loss"]) for h in history]
+    assert values[2] < 0.8 * values[0], f"the critic does not fit the returns: {values}"
+    assert all(float(h["update_refused"]) == 0 for h in history)
+    assert float(history[0]["critic_grad_norm"]) > 0
+    assert not tiny.leaves_equal(s.params, s0.params)
+    assert not tiny.leaves_equal(s.critic_params, s0.critic_params)
+
+
+def test_ppo_without_a_critic_is_refused_before_compute(policy):
+    setup, _ = policy
+    with pytest.raises(ValueError, match="needs a critic"):
+        ppo.make_ppo_prepare(setup)
+    with pytest.raises(ValueError, match="has none"):
+        ppo.make_ppo_step(setup)

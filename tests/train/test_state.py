@@ -1,0 +1,97 @@
+"""The train state: sharded creation, the optimiser, the reference copy, a trainable subset."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from jax.sharding import PartitionSpec as P
+
+from memr1.train import mesh, sft, state
+from tests.train import tiny
+
+
+def test_warmup_then_constant_schedule():
+    schedule = state.warmup_constant(1e-6, 4)
+    got = [float(schedule(jnp.asarray(c))) for c in range(6)]
+    np.testing.assert_allclose(got, [0.25e-6, 0.5e-6, 0.75e-6, 1e-6, 1e-6, 1e-6], rtol=1e-6)
+    assert float(state.warmup_constant(1e-5, 0)(jnp.asarray(0))) == pytest.approx(1e-5)
+    assert state.CRITIC_OPTIM.lr == 1e-5 and state.OptimConfig().lr == 1e-6  # the paper's rates
+
+
+def test_optimizer_clips_and_decays_only_matrices():
+    tx = state.make_optimizer(state.OptimConfig(lr=0.1, warmup_steps=0, weight_decay=0.5))
+    params = {"w": jnp.ones((2, 2)), "b": jnp.ones((2,))}
+    zero = jax.tree.map(jnp.zeros_like, params)
+    updates, _ = tx.update(zero, tx.init(params), params)
+    np.testing.assert_allclose(updates["w"], -0.1 * 0.5 * np.ones((2, 2)), rtol=1e-6)
+    np.testing.assert_array_equal(updates["b"], np.zeros(2))
+
+
+@pytest.mark.parametrize("clip_norm, follows_second_gradient", [(1.0, True), (1e12, False)])
+def test_global_norm_clipping_keeps_a_spike_from_dominating_adam(
+    clip_norm, follows_second_gradient
+):
+    """A 1e6 gradient spike, then a unit gradient the other way: with clipping to norm 1 the
+    spike counts like any other step and the second update follows the new gradient; without
+    clipping the spike's first moment still dominates and the update keeps the old direction."""
+    optim = state.OptimConfig(lr=1.0, warmup_steps=0, weight_decay=0.0, clip_norm=clip_norm)
+    tx = state.make_optimizer(optim)
+    params = {"w": jnp.ones((2, 2))}
+    _, opt = tx.update({"w": jnp.full((2, 2), 1e6)}, tx.init(params), params)
+    second, _ = tx.update({"w": jnp.full((2, 2), -0.5)}, opt, params)
+    assert bool((second["w"] > 0).all()) == follows_second_gradient
+
+
+def test_parameters_and_adam_moments_carry_their_logical_shardings(policy):
+    setup, s0 = policy
+    embed = s0.params["embed"]
+    assert embed.sharding.spec == P("tensor", "fsdp")  # ("vocab", "embed")
+    wq = s0.params["layers"][0]["attn"]["wq"]
+    assert wq.sharding.spec == P("fsdp", "tensor", None)  # ("embed", "q_heads", "head_dim")
+    mu = s0.opt_state[1][0].mu  # chain(clip, adamw) -> adamw's ScaleByAdamState
+    assert mu["embed"].sharding.spec == P("tensor", "fsdp")
+    assert s0.step.sharding.spec == P() and s0.rng.sharding.spec == P()
+    assert embed.dtype == jnp.float32  # master weights, whatever the compute dtype
+
+
+def test_reference_is_a_real_copy(policy):
+    setup, s0 = policy
+    ref = state.make_reference(setup, s0.params)
+    assert tiny.leaves_equal(ref, s0.params)
+    a, b = jax.tree.leaves(ref)[0], jax.tree.leaves(s0.params)[0]
+    assert a.unsafe_buffer_pointer() != b.unsafe_buffer_pointer()
+    half = state.make_reference(setup, s0.params, dtype="bfloat16")
+    assert {x.dtype for x in jax.tree.leaves(half)} == {jnp.dtype("bfloat16")}
+
+
+def test_abstract_setup_allocates_nothing_and_checks_divisibility():
+    m = mesh.build_mesh(1, 1, 1)
+    setup, s = state.create_train_state(m, tiny.CFG, materialize=False)
+    assert s is None
+    (leaf,) = jax.tree.leaves(setup.abstract_state.params["embed"])
+    assert isinstance(leaf, jax.ShapeDtypeStruct) and leaf.sharding.spec == P("tensor", "fsdp")
+    abstract = {"w": jax.ShapeDtypeStruct((6, 4), jnp.float32)}
+    shardings = {"w": jax.sharding.NamedSharding(m, P("fsdp", None))}
+    state.check_divisible(abstract, shardings)  # fsdp = 1 divides everything
+    fake_mesh = jax.sharding.AbstractMesh((1, 4, 1), ("data", "fsdp", "tensor"))
+    bad = {"w": jax.sharding.NamedSharding(fake_mesh, P("fsdp", None))}
+    with pytest.raises(ValueError, match=r"\['w'\] \(6, 4\)"):
+        state.check_divisible(abstract, bad)
+
+
+def test_only_the_trainable_subset_moves():
+    """The LoRA pattern: an nnx filter picks what the optimiser sees; the rest stays bitwise."""
+    m = mesh.build_mesh(1, 1, 1)
+    only_mlp = nnx.All(nnx.Param, nnx.PathContains("mlp"))
+    optim = state.OptimConfig(lr=1e-2, warmup_steps=0)
+    setup, s0 = state.create_train_state(m, tiny.CFG, optim, trainable=only_mlp)
+    n_mlp = sum(x.size for x in jax.tree.leaves(s0.params["layers"][0]["mlp"]))
+    assert sum(x.size for x in jax.tree.leaves(s0.opt_state[1][0].mu)) == n_mlp
+    step = sft.make_sft_step(setup, sft.SFTConfig(logprob_chunk=tiny.CHUNK))
+    s1, metrics = step(tiny.copy_tree(s0), tiny.sft_batch())
+    assert float(metrics["update_refused"]) == 0.0
+    frozen_before = state.split_trainable(s0.params, only_mlp)[1]
+    frozen_after = state.split_trainable(s1.params, only_mlp)[1]
+    assert tiny.leaves_equal(frozen_after, frozen_before)
+    assert not tiny.leaves_equal(s1.params["layers"][0]["mlp"], s0.params["layers"][0]["mlp"])

@@ -1,0 +1,79 @@
+"""A tiny model and deterministic synthetic batches shared by the training tests.
+
+Dimensions are small but not degenerate: a GQA ratio of 2, tied embeddings with q/k/v biases
+(the Qwen layout), remat on, and every dimension the 2×2×2 test mesh splits is even. One block
+only: XLA's CPU compile time dominates these tests (the multi-device check uses two). Batches are
+a pure function of (seed, step), like the data of a real run that is resumed from a checkpoint.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from memr1.models.config import ModelConfig
+
+CFG = ModelConfig(
+    family="qwen2",
+    vocab_size=64,
+    d_model=32,
+    n_layers=1,
+    n_heads=4,
+    n_kv_heads=2,
+    head_dim=8,
+    d_ff=48,
+    qkv_bias=True,
+    tie_embeddings=True,
+    max_position=64,
+    remat=True,
+)
+ROWS, LENGTH, PROMPT = 8, 16, 6
+CHUNK = 8  # two log-prob chunks per row
+
+
+def _rng(seed: int, step: int) -> np.random.Generator:
+    return np.random.default_rng([seed, step])
+
+
+def sft_batch(step: int = 0, seed: int = 0) -> dict[str, np.ndarray]:
+    """Rows of a left-padded prompt (3..6 tokens) and a right-padded target (3..10 tokens)."""
+    rng = _rng(seed, step)
+    tokens = np.zeros((ROWS, LENGTH), np.int32)
+    valid = np.zeros((ROWS, LENGTH), bool)
+    loss_mask = np.zeros((ROWS, LENGTH), bool)
+    for i in range(ROWS):
+        p = int(rng.integers(3, PROMPT + 1))
+        t = int(rng.integers(3, LENGTH - PROMPT + 1))
+        tokens[i, PROMPT - p : PROMPT + t] = rng.integers(1, CFG.vocab_size, p + t)
+        valid[i, PROMPT - p : PROMPT + t] = True
+        loss_mask[i, PROMPT : PROMPT + t] = True
+    return {"tokens": tokens, "valid": valid, "loss_mask": loss_mask}
+
+
+def grpo_batch(step: int = 0, seed: int = 0, group: int = 4) -> dict[str, np.ndarray]:
+    """An SFT-shaped batch relabelled as rollouts, with z-scored advantages per group of rows."""
+    b = sft_batch(step, seed)
+    rewards = _rng(seed + 1, step).integers(0, 2, ROWS).astype(np.float32)
+    rewards[0], rewards[1] = 1.0, 0.0  # the first group always carries signal
+    groups = rewards.reshape(-1, group)
+    adv = (groups - groups.mean(1, keepdims=True)) / (groups.std(1, ddof=1, keepdims=True) + 1e-6)
+    return {
+        "tokens": b["tokens"],
+        "valid": b["valid"],
+        "response_mask": b["loss_mask"],
+        "advantages": adv.reshape(-1).astype(np.float32),
+    }
+
+
+def copy_tree(tree):
+    """A fresh copy (new buffers, same shardings): steps donate their input state."""
+    return jax.tree.map(jnp.copy, tree)
+
+
+def leaves_equal(a, b) -> bool:
+    """Bitwise equality of two pytrees of arrays."""
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    return len(la) == len(lb) and all(
+        np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb, strict=True)
+    )
