@@ -8,7 +8,7 @@ checkpoint parameters as plain pytrees.
 Attention takes an explicit boolean mask [B, T, S] (query position t may read key slot s), built by
 the caller from left/right padding and causality (see `memr1.models.masks`). With a KV cache, the
 T new keys/values are written at slots [cache_index, cache_index + T) of a preallocated
-[B, S, K, N] buffer and attention reads all S slots through the mask.
+[B, K, S, N] buffer and attention reads all S slots through the mask.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from memr1.models.config import ModelConfig
 from memr1.models.rope import apply_rope, inverse_frequencies
 from memr1.sharding import constrain
 
-KVCache = list[dict[str, jax.Array]]  # one {"k": [B,S,K,N], "v": [B,S,K,N]} per layer
+KVCache = list[dict[str, jax.Array]]  # one {"k": [B,K,S,N], "v": [B,K,S,N]} per layer
 _NEG_INF = -1e30  # finite, so a row with every slot masked (padding) stays NaN-free
 
 
@@ -77,29 +77,37 @@ class Attention(nnx.Module):
         q_BTHN = apply_rope(q_BTHN, positions_BT, inv_freq)
         k_BTKN = apply_rope(k_BTKN, positions_BT, inv_freq)
 
+        # Keys and values are kept head-major, [B, K, S, N], so the attention matmuls read the
+        # cache as a plain batch of [S, N] matrices: with [B, S, K, N], XLA re-laid out the whole
+        # cache of every layer at every decode step.
+        k_BKTN = k_BTKN.transpose(0, 2, 1, 3)
+        v_BKTN = v_BTKN.transpose(0, 2, 1, 3)
         if cache is None:
-            k_BSKN, v_BSKN, new_cache = k_BTKN, v_BTKN, None
+            k_BKSN, v_BKSN, new_cache = k_BKTN, v_BKTN, None
         else:
-            start = (0, cache_index, 0, 0)
-            k_BSKN = jax.lax.dynamic_update_slice(
-                cache["k"], k_BTKN.astype(cache["k"].dtype), start
+            start = (0, 0, cache_index, 0)
+            k_BKSN = jax.lax.dynamic_update_slice(
+                cache["k"], k_BKTN.astype(cache["k"].dtype), start
             )
-            v_BSKN = jax.lax.dynamic_update_slice(
-                cache["v"], v_BTKN.astype(cache["v"].dtype), start
+            v_BKSN = jax.lax.dynamic_update_slice(
+                cache["v"], v_BKTN.astype(cache["v"].dtype), start
             )
-            new_cache = {"k": k_BSKN, "v": v_BSKN}
-            k_BSKN, v_BSKN = k_BSKN.astype(dt), v_BSKN.astype(dt)
+            new_cache = {"k": k_BKSN, "v": v_BKSN}
+            k_BKSN, v_BKSN = k_BKSN.astype(dt), v_BKSN.astype(dt)
 
-        # Grouped-query attention: each of the K key/value heads serves H/K query heads.
+        # Grouped-query attention: each of the K key/value heads serves G = H/K query heads. The
+        # G heads and the T positions are folded into one query axis Q = T*G, so both matmuls are
+        # plain batched [Q, N] x [S, N] products over (B, K) and XLA inserts no per-step transposes.
         b, t, h, n = q_BTHN.shape
-        kv = cfg.n_kv_heads
-        q_BTKGN = q_BTHN.reshape(b, t, kv, h // kv, n)
-        scores = jnp.einsum("btkgn,bskn->bkgts", q_BTKGN, k_BSKN).astype(jnp.float32)
+        kv, g = cfg.n_kv_heads, h // cfg.n_kv_heads
+        q_BKQN = q_BTHN.reshape(b, t, kv, g, n).transpose(0, 2, 1, 3, 4).reshape(b, kv, t * g, n)
+        scores = jnp.einsum("bkqn,bksn->bkqs", q_BKQN, k_BKSN).astype(jnp.float32)
         scores = scores * (n**-0.5)
-        scores = jnp.where(mask_BTS[:, None, None, :, :], scores, _NEG_INF)
+        mask_BTGS = jnp.broadcast_to(mask_BTS[:, :, None, :], (b, t, g, mask_BTS.shape[-1]))
+        scores = jnp.where(mask_BTGS.reshape(b, 1, t * g, -1), scores, _NEG_INF)
         probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-        out_BTKGN = jnp.einsum("bkgts,bskn->btkgn", probs, v_BSKN)
-        out_BTHN = out_BTKGN.reshape(b, t, h, n)
+        out_BKQN = jnp.einsum("bkqs,bksn->bkqn", probs, v_BKSN)
+        out_BTHN = out_BKQN.reshape(b, kv, t, g, n).transpose(0, 2, 1, 3, 4).reshape(b, t, h, n)
         out_BTD = jnp.einsum("bthn,hnd->btd", out_BTHN, self.wo[...].astype(dt))
         return out_BTD, new_cache
 
@@ -215,7 +223,7 @@ def logits_fn(graphdef, params, h_BTD):
 def init_cache(cfg: ModelConfig, batch: int, length: int, dtype=None) -> KVCache:
     """A zeroed KV cache of `length` slots per row."""
     dtype = dtype or cfg.jnp_dtype
-    shape = (batch, length, cfg.n_kv_heads, cfg.head_dim)
+    shape = (batch, cfg.n_kv_heads, length, cfg.head_dim)
     return [
         {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)} for _ in range(cfg.n_layers)
     ]

@@ -1,0 +1,301 @@
+"""The jitted KV-cache rollout engine.
+
+One call of `Sampler.generate` is one compiled program: a prefill over the left-padded prompts,
+then a `lax.while_loop` that feeds one token per row per step into a preallocated KV cache and
+exits as soon as every row has stopped (or `max_new_tokens` is reached).
+
+Shapes, and hence compilations, are fixed per (batch, prompt bucket, G, max_new_tokens, greedy,
+top_k, top-p on/off, stop-set shape). Prompts are left-padded to a bucket width (powers of two by
+default) so that a trainer whose prompt lengths drift from batch to batch reuses a handful of
+programs. Parameters, temperature, top_p and the PRNG key are ordinary arguments: a trainer can
+update the weights between rollouts without recompiling. The KV cache is allocated inside the
+program and written in place by the loop (its compiled form holds no copy of the cache), so there
+is no buffer to donate; the parameters are never donated, since the trainer keeps them.
+
+G samples per prompt: the prompts are prefilled once ([B, P]) and the cache is then repeated G
+times while it is copied into the [B*G, S] decode cache, which has to be written anyway. This does
+1/G of the prefill work of repeating the prompts first, and costs nothing extra in memory beyond
+the small [B, P] prefill cache. Row r of every output holds sample r % G of prompt r // G.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from memr1.models import transformer
+from memr1.models.config import ModelConfig
+from memr1.models.masks import causal_mask, positions_from_valid
+from memr1.sampling import stopping
+from memr1.sampling.logits_processing import choose_tokens
+
+PromptBatch = Sequence[Sequence[int]] | np.ndarray
+
+
+class SampleOutput(NamedTuple):
+    """What one rollout returns (device arrays; rows are prompt-major: row = b * G + g).
+
+    tokens: [B*G, max_new] int32 generated tokens, `pad_id` after each row's end.
+    logprobs: [B*G, max_new] float32 log-probs of the taken tokens under log_softmax(logits / T)
+      (log_softmax(logits) for greedy), 0 after each row's end.
+    lengths: [B*G] int32 generated tokens per row, including the EOS / stop tokens.
+    mask: [B*G, max_new] bool, True on the first `lengths` columns.
+    done: [B*G] bool, True where the row stopped on EOS or a stop sequence, False where it ran
+      out of `max_new_tokens`.
+    prompt_tokens: [B*G, P] int32 the left-padded prompts (P is the bucket width), repeated G times.
+    prompt_mask: [B*G, P] bool, True on real prompt tokens.
+    """
+
+    tokens: jax.Array
+    logprobs: jax.Array
+    lengths: jax.Array
+    mask: jax.Array
+    done: jax.Array
+    prompt_tokens: jax.Array
+    prompt_mask: jax.Array
+
+
+def default_bucket(length: int, minimum: int = 16) -> int:
+    """The power of two (at least `minimum`) that a prompt batch of this length is padded to."""
+    return max(minimum, 1 << max(0, length - 1).bit_length())
+
+
+def left_pad(prompts: PromptBatch, width: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Left-pads prompts into [B, width] int32 tokens and a [B, width] bool validity mask."""
+    rows = [np.asarray(p, np.int32).reshape(-1) for p in prompts]
+    tokens = np.full((len(rows), width), pad_id, np.int32)
+    valid = np.zeros((len(rows), width), bool)
+    for b, row in enumerate(rows):
+        if row.size:
+            tokens[b, width - row.size :] = row
+            valid[b, width - row.size :] = True
+    return tokens, valid
+
+
+class Sampler:
+    """Batched autoregressive sampling from one backbone with a preallocated KV cache."""
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        graphdef: Any,
+        *,
+        pad_id: int = 0,
+        prompt_buckets: Sequence[int] | None = None,
+        cache_dtype: Any = None,
+    ):
+        """Args:
+        cfg: the backbone's config.
+        graphdef: its NNX graph definition (`init_model(cfg)[0]` or the checkpoint loader's).
+        pad_id: token written after a row's end and in prompt padding.
+        prompt_buckets: allowed padded prompt widths, ascending; default: powers of two >= 16.
+        cache_dtype: KV cache dtype; default: the config's compute dtype.
+        """
+        self.cfg = cfg
+        self.graphdef = graphdef
+        self.pad_id = int(pad_id)
+        self.prompt_buckets = tuple(sorted(prompt_buckets)) if prompt_buckets else None
+        self.cache_dtype = jnp.dtype(cache_dtype or cfg.jnp_dtype)
+        self._jitted = jax.jit(
+            self._generate,
+            static_argnames=("num_samples", "max_new_tokens", "greedy", "top_k", "use_top_p"),
+        )
+
+    def bucket(self, length: int) -> int:
+        """The padded prompt width used for a batch whose longest prompt has `length` tokens."""
+        if self.prompt_buckets is None:
+            return default_bucket(length)
+        for width in self.prompt_buckets:
+            if width >= length:
+                return width
+        raise ValueError(
+            f"prompt of {length} tokens exceeds the largest bucket {self.prompt_buckets[-1]}"
+        )
+
+    def compiled_programs(self) -> int:
+        """How many programs the jitted generate has compiled so far (for recompile checks)."""
+        return self._jitted._cache_size()
+
+    def generate(
+        self,
+        params: Any,
+        prompt_tokens: PromptBatch,
+        *,
+        key: jax.Array,
+        max_new_tokens: int,
+        num_samples: int = 1,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        eos_ids: Sequence[int] = (),
+        stop_sequences: Sequence[Sequence[int]] = (),
+    ) -> SampleOutput:
+        """Generates `num_samples` continuations of each prompt.
+
+        Args:
+          params: model parameters (an nnx.State matching `graphdef`); never donated.
+          prompt_tokens: B prompts of token ids (lists or 1-D arrays, any lengths >= 1), or a 2-D
+            int array whose rows are all-valid prompts of equal length.
+          key: PRNG key; the same key, params and inputs give the same output.
+          max_new_tokens: columns of the output (static).
+          num_samples: G, samples per prompt.
+          temperature: 0 means greedy (argmax); otherwise sampling at this temperature.
+          top_k: keep only the k most likely tokens (None or 0: off). Changing k recompiles.
+          top_p: nucleus mass in (0, 1] (None: off); applied after top_k.
+          eos_ids: token ids that end a row.
+          stop_sequences: token-id sequences that end a row (see `memr1.sampling.stopping`).
+        Returns:
+          SampleOutput with B * G rows.
+        """
+        lengths = [len(np.asarray(p).reshape(-1)) for p in prompt_tokens]
+        if not lengths:
+            raise ValueError("generate() needs at least one prompt")
+        if min(lengths) == 0:
+            raise ValueError(f"prompt {lengths.index(0)} is empty; every prompt needs a token")
+        if max_new_tokens < 1 or num_samples < 1:
+            raise ValueError(f"{max_new_tokens=} and {num_samples=} must be positive")
+        if max(lengths) + max_new_tokens > self.cfg.max_position:
+            raise ValueError(
+                f"prompt of {max(lengths)} tokens + {max_new_tokens} new tokens exceeds "
+                f"max_position={self.cfg.max_position}"
+            )
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if top_p is not None and not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        top_k = int(top_k) if top_k else None
+        if top_k is not None and not 0 < top_k <= self.cfg.vocab_size:
+            raise ValueError(f"top_k must be in [1, {self.cfg.vocab_size}], got {top_k}")
+        greedy = temperature == 0.0
+        tokens, valid = left_pad(prompt_tokens, self.bucket(max(lengths)), self.pad_id)
+        stops = stopping.make_stop_set(eos_ids, stop_sequences)
+        return self._jitted(
+            params,
+            tokens,
+            valid,
+            key,
+            np.float32(temperature if not greedy else 1.0),
+            np.float32(top_p if top_p is not None else 1.0),
+            stops,
+            num_samples=int(num_samples),
+            max_new_tokens=int(max_new_tokens),
+            greedy=greedy,
+            top_k=None if greedy else top_k,
+            use_top_p=not greedy and top_p is not None and top_p < 1.0,
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # The compiled program.
+    # ------------------------------------------------------------------------------------------
+
+    def _generate(
+        self,
+        params,
+        prompt_BP,
+        valid_BP,
+        key,
+        temperature,
+        top_p,
+        stops: stopping.StopSet,
+        *,
+        num_samples: int,
+        max_new_tokens: int,
+        greedy: bool,
+        top_k: int | None,
+        use_top_p: bool,
+    ) -> SampleOutput:
+        cfg, g, new = self.cfg, num_samples, max_new_tokens
+        b, p = prompt_BP.shape
+        rows = b * g
+        # The last generated token is never fed back, so the cache needs P + new - 1 slots.
+        s = p + new - 1
+
+        # Prefill once per prompt into a P-slot cache, then copy it G times into the decode cache.
+        cache = transformer.init_cache(cfg, b, p, self.cache_dtype)
+        h_BPD, cache = transformer.forward(
+            self.graphdef,
+            params,
+            prompt_BP,
+            positions_from_valid(valid_BP),
+            causal_mask(valid_BP),
+            cache,
+            0,
+        )
+        logits_BV = transformer.logits_fn(self.graphdef, params, h_BPD[:, -1:])[:, 0]
+        pad_slots = ((0, 0), (0, 0), (0, s - p), (0, 0))  # cache is [B, K, S, N]
+        cache = jax.tree.map(lambda x: jnp.pad(jnp.repeat(x, g, axis=0), pad_slots), cache)
+
+        # Every generated slot is valid for the rows' own queries; causality (slot <= the current
+        # one) is applied per step with one [S] comparison, so no [B, S, S] mask is rebuilt.
+        valid_RS = jnp.pad(jnp.repeat(valid_BP, g, axis=0), ((0, 0), (0, s - p)), constant_values=1)
+        prompt_len_R = jnp.sum(valid_RS[:, :p], axis=-1, dtype=jnp.int32)
+        pad = jnp.int32(self.pad_id)
+        choose = functools.partial(
+            choose_tokens,
+            greedy=greedy,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p if use_top_p else None,
+        )
+
+        def record(i, token_R, logp_R, state):
+            """Writes step i's tokens for live rows, pads finished ones, updates stop flags."""
+            tokens_RT, logps_RT, done_R, tail_RW, count_R = state
+            token_R = jnp.where(done_R, pad, token_R)
+            logp_R = jnp.where(done_R, 0.0, logp_R)
+            tokens_RT = jax.lax.dynamic_update_slice(tokens_RT, token_R[:, None], (0, i))
+            logps_RT = jax.lax.dynamic_update_slice(logps_RT, logp_R[:, None], (0, i))
+            count_R = count_R + (~done_R).astype(jnp.int32)
+            tail_RW = stopping.push_tail(tail_RW, token_R)
+            done_R = done_R | stopping.hits_stop(token_R, tail_RW, stops)
+            return token_R, (tokens_RT, logps_RT, done_R, tail_RW, count_R)
+
+        state = (
+            jnp.full((rows, new), pad, jnp.int32),
+            jnp.zeros((rows, new), jnp.float32),
+            jnp.zeros((rows,), bool),
+            stopping.empty_tail(rows, stops.patterns_QL.shape[1]),
+            jnp.zeros((rows,), jnp.int32),
+        )
+        token_R, logp_R = choose(jnp.repeat(logits_BV, g, axis=0), jax.random.fold_in(key, 0))
+        token_R, state = record(0, token_R, logp_R, state)
+
+        def cond(carry):
+            i, _, _, state = carry
+            return (i < new) & ~jnp.all(state[2])
+
+        def body(carry):
+            i, cache, token_R, state = carry
+            slot = p + i - 1  # where the token generated at step i - 1 is written
+            mask_R1S = (valid_RS & (jnp.arange(s) <= slot)[None, :])[:, None, :]
+            h_R1D, cache = transformer.forward(
+                self.graphdef,
+                params,
+                token_R[:, None],
+                (prompt_len_R + i - 1)[:, None],
+                mask_R1S,
+                cache,
+                slot,
+            )
+            logits_RV = transformer.logits_fn(self.graphdef, params, h_R1D)[:, 0]
+            token_R, logp_R = choose(logits_RV, jax.random.fold_in(key, i))
+            token_R, state = record(i, token_R, logp_R, state)
+            return i + 1, cache, token_R, state
+
+        _, _, _, state = jax.lax.while_loop(cond, body, (jnp.int32(1), cache, token_R, state))
+        tokens_RT, logps_RT, done_R, _, count_R = state
+        prompt_RP = jnp.repeat(prompt_BP, g, axis=0)
+        return SampleOutput(
+            tokens=tokens_RT,
+            logprobs=logps_RT,
+            lengths=count_R,
+            mask=jnp.arange(new)[None, :] < count_R[:, None],
+            done=done_R,
+            prompt_tokens=prompt_RP,
+            prompt_mask=jnp.repeat(valid_BP, g, axis=0),
+        )

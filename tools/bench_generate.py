@@ -1,0 +1,320 @@
+"""Generation benchmark: memr1's jitted sampler against HF transformers `generate` (PyTorch).
+
+  python tools/bench_generate.py [--batches 8,32] [--prompt-len 64] [--new-tokens 128]
+                                 [--json OUT]
+  python tools/bench_generate.py --gpu [--json OUT]     # Qwen2.5-3B shape, bf16, on a GPU
+
+Both sides run the same random weights (ours are copied into an HF model through the checkpoint
+layout table of `memr1.models.hf_io`) and sample at temperature 1 without filters, for exactly
+`--new-tokens` tokens (no EOS). For every batch size the table gives new tokens/s over the whole
+call (prefill included), ms per decode step ((time for N tokens - time for 1 token) / (N - 1)),
+and compile time (first call minus steady state; for HF, its first-call warm-up). The "G x" rows
+show the two ways of drawing G samples per prompt: prefilling B/G prompts once and tiling the
+cache (what the sampler does), against repeating the prompts before prefill. `--gpu` uses
+the Qwen2.5-3B shape with bf16 weights at batch 64, prompt 512, 128 new tokens, and reports peak
+device memory. Recorded results live in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+GPU_DEFAULTS = {"size": "qwen2.5-3b", "batches": "64", "prompt_len": 512, "new_tokens": 128}
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--gpu", action="store_true", help="Qwen2.5-3B shape, bf16, batch 64 defaults")
+    p.add_argument("--size", default=None, help="memr1 size name (default tiny; --gpu: 3B)")
+    p.add_argument("--dtype", default=None, help="param and compute dtype (--gpu: bfloat16)")
+    p.add_argument("--batches", default=None, help="comma-separated batch sizes (default 8,32)")
+    p.add_argument("--prompt-len", type=int, default=None, help="default 64 (--gpu: 512)")
+    p.add_argument("--new-tokens", type=int, default=None, help="default 128")
+    p.add_argument("--samples", type=int, default=8, help="G of the tiling rows (1: skip them)")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--repeats", type=int, default=3, help="timed calls after the first")
+    p.add_argument("--no-hf", action="store_true", help="skip the transformers baseline")
+    p.add_argument(
+        "--torch-threads",
+        default="1,2",
+        help="CPU thread counts to run HF with; the fastest is the baseline (ignored with --gpu)",
+    )
+    p.add_argument("--machine", default=f"{platform.machine()}, {os.cpu_count()} CPUs")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, help="write the full report here")
+    args = p.parse_args(argv)
+    defaults = GPU_DEFAULTS if args.gpu else {}
+    args.size = args.size or defaults.get("size", "tiny")
+    args.dtype = args.dtype or ("bfloat16" if args.gpu else "float32")
+    args.batches = [int(b) for b in (args.batches or defaults.get("batches", "8,32")).split(",")]
+    args.prompt_len = args.prompt_len or defaults.get("prompt_len", 64)
+    args.new_tokens = args.new_tokens or defaults.get("new_tokens", 128)
+    args.torch_threads = [int(t) for t in args.torch_threads.split(",")]
+    if args.new_tokens < 2:
+        p.error("--new-tokens must be at least 2 to time decode steps")
+    return args
+
+
+def timed(fn, repeats: int) -> tuple[float, float]:
+    """(first call, best of `repeats` further calls) in seconds; fn must block until done."""
+    t0 = time.perf_counter()
+    fn()
+    first = time.perf_counter() - t0
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return first, best
+
+
+def summarise(name, batch, new, full, one, extra=None) -> dict:
+    """One table row from (first, steady) timings of an N-token and a 1-token call."""
+    step_s = (full[1] - one[1]) / (new - 1)
+    row = {
+        "engine": name,
+        "batch": batch,
+        "new_tok_per_s": batch * new / full[1],
+        "decode_tok_per_s": batch / step_s if step_s > 0 else float("nan"),
+        "ms_per_step": 1e3 * step_s,
+        "prefill_ms": 1e3 * one[1],
+        "call_s": full[1],
+        "compile_s": full[0] - full[1],
+    }
+    row.update(extra or {})
+    return row
+
+
+# ----------------------------------------------------------------------------------------------
+# memr1 side.
+# ----------------------------------------------------------------------------------------------
+
+
+def device_peak_bytes() -> int | None:
+    import jax
+
+    stats = jax.devices()[0].memory_stats() or {}
+    return stats.get("peak_bytes_in_use")
+
+
+def bench_ours(sampler, params, prompts, args, *, samples=1, label="memr1") -> dict:
+    import jax
+
+    def call(new):
+        out = sampler.generate(
+            params,
+            prompts,
+            key=jax.random.key(args.seed),
+            max_new_tokens=new,
+            num_samples=samples,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+        )
+        assert int(out.lengths.min()) == new, "a row stopped early; the timing would be wrong"
+        return out
+
+    full = timed(lambda: jax.block_until_ready(call(args.new_tokens)), args.repeats)
+    one = timed(lambda: jax.block_until_ready(call(1)), args.repeats)
+    extra = {"prompts": len(prompts), "samples": samples, "peak_device_bytes": device_peak_bytes()}
+    return summarise(label, len(prompts) * samples, args.new_tokens, full, one, extra)
+
+
+# ----------------------------------------------------------------------------------------------
+# HF transformers side.
+# ----------------------------------------------------------------------------------------------
+
+
+def hf_twin(cfg, params, device: str):
+    """An HF model holding exactly `params`, built in memory through the checkpoint layout."""
+    import jax
+    import torch
+    import transformers
+    from flax import nnx
+
+    from memr1.models.hf_export import ARCHITECTURE, hf_config_dict
+    from memr1.models.hf_io import tensor_layout
+
+    config_dict = hf_config_dict(cfg, cfg.param_dtype)
+    config_cls = getattr(transformers, ARCHITECTURE[cfg.family].replace("ForCausalLM", "Config"))
+    model_cls = getattr(transformers, ARCHITECTURE[cfg.family])
+    torch_dtype = getattr(torch, cfg.param_dtype)
+    with torch.device(device):
+        model = model_cls(config_cls(**config_dict)).to(torch_dtype).eval()
+    flat = dict(nnx.to_flat_state(params))
+    state = {}
+    for path, hf_name, _, _, to_hf in tensor_layout(cfg):
+        # A writable contiguous copy: torch refuses to wrap read-only device-get buffers.
+        host = np.array(to_hf(np.asarray(jax.device_get(flat[path].get_value()))), order="C")
+        if host.dtype.name == "bfloat16":  # ml_dtypes bf16 has no torch twin; move the bits
+            tensor = torch.from_numpy(host.view(np.uint16)).view(torch.bfloat16)
+        else:
+            tensor = torch.from_numpy(host)
+        state[hf_name] = tensor.to(device)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or set(missing) - {"lm_head.weight"}:
+        raise RuntimeError(f"weight copy mismatch: missing {missing}, unexpected {unexpected}")
+    return model
+
+
+def max_logit_gap(cfg, graphdef, params, model, prompts) -> float:
+    """Max |ours - HF| over the prompt logits: proves both sides hold the same weights."""
+    import jax.numpy as jnp
+    import torch
+
+    from memr1.models import transformer
+    from memr1.models.masks import causal_mask, positions_from_valid
+
+    tokens = jnp.asarray(prompts[:2, :16])
+    valid = jnp.ones(tokens.shape, bool)
+    h, _ = transformer.forward(
+        graphdef, params, tokens, positions_from_valid(valid), causal_mask(valid)
+    )
+    ours = np.asarray(transformer.logits_fn(graphdef, params, h))
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        theirs = model(torch.from_numpy(np.asarray(prompts[:2, :16])).to(device)).logits
+    return float(np.abs(ours - theirs.float().cpu().numpy()).max())
+
+
+def bench_hf(model, prompts, args, threads: int | None) -> dict:
+    import torch
+
+    label = "hf-transformers"
+    if threads is not None:
+        # PyTorch's OpenMP pool spins badly on an oversubscribed machine, so each thread count is
+        # measured and the caller compares against the fastest.
+        torch.set_num_threads(threads)
+        label += f" ({threads} thr)"
+    device = next(model.parameters()).device
+    ids = torch.from_numpy(np.asarray(prompts)).to(device)
+    cuda = device.type == "cuda"
+
+    def call(new):
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=True,
+                temperature=args.temperature,
+                top_k=args.top_k or 0,
+                top_p=args.top_p or 1.0,
+                max_new_tokens=new,
+                pad_token_id=0,
+                eos_token_id=None,
+            )
+        if cuda:
+            torch.cuda.synchronize()
+        assert out.shape[1] == ids.shape[1] + new, "HF stopped early; the timing would be wrong"
+
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    full = timed(lambda: call(args.new_tokens), args.repeats)
+    one = timed(lambda: call(1), args.repeats)
+    peak = torch.cuda.max_memory_allocated() if cuda else None
+    extra = {"prompts": len(prompts), "samples": 1, "peak_device_bytes": peak}
+    return summarise(label, len(prompts), args.new_tokens, full, one, extra)
+
+
+# ----------------------------------------------------------------------------------------------
+# Main.
+# ----------------------------------------------------------------------------------------------
+
+
+def print_table(report: dict) -> None:
+    cols = ["engine", "batch", "prompts", "samples", "new_tok_per_s", "decode_tok_per_s"]
+    cols += ["ms_per_step", "prefill_ms", "compile_s", "peak_device_bytes"]
+    print(f"\n{report['model']} | prompt {report['prompt_len']} | {report['new_tokens']} new")
+    print(" | ".join(f"{c:>20}" if c == "engine" else f"{c:>16}" for c in cols))
+    for row in report["rows"]:
+        cells = []
+        for c in cols:
+            v = row.get(c)
+            if isinstance(v, float):
+                cells.append(f"{v:16.1f}" if abs(v) >= 10 else f"{v:16.3f}")
+            elif c == "peak_device_bytes":
+                cells.append(f"{v / 2**30:13.2f}GiB" if v else f"{'n/a':>16}")
+            else:
+                cells.append(f"{v!s:>20}" if c == "engine" else f"{v!s:>16}")
+        print(" | ".join(cells))
+    for batch, ratio in report["speedup_vs_hf"].items():
+        print(f"batch {batch}: memr1 / fastest HF, new tokens/s = {ratio:.1f}x")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.gpu:
+        # Leave room beside JAX's preallocated pool for the PyTorch baseline.
+        os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.6")
+    import jax
+
+    from memr1.models import transformer
+    from memr1.models.config import get_size
+    from memr1.sampling import Sampler
+
+    cfg = get_size(args.size, param_dtype=args.dtype, dtype=args.dtype)
+    # Initialised under jit, directly on the device (a 3B model eagerly op by op is slow).
+    graphdef, _ = transformer.abstract_model(cfg)
+    params = jax.jit(lambda: transformer.init_model(cfg, args.seed)[1])()
+    sampler = Sampler(cfg, graphdef)
+    rng = np.random.default_rng(args.seed)
+    report = {
+        "date": datetime.date.today().isoformat(),
+        "machine": args.machine,
+        "device": str(jax.devices()[0]),
+        "model": f"{args.size} ({args.dtype}, {transformer.count_params(params) / 1e6:.1f}M)",
+        "prompt_len": args.prompt_len,
+        "new_tokens": args.new_tokens,
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "rows": [],
+        "speedup_vs_hf": {},
+    }
+    hf_model = None
+    if not args.no_hf:
+        import torch
+
+        device = "cuda" if args.gpu and torch.cuda.is_available() else "cpu"
+        hf_model = hf_twin(cfg, params, device)
+    for batch in args.batches:
+        prompts = rng.integers(1, cfg.vocab_size, size=(batch, args.prompt_len), dtype=np.int32)
+        ours = bench_ours(sampler, params, prompts, args)
+        report["rows"].append(ours)
+        if hf_model is not None:
+            gap = max_logit_gap(cfg, graphdef, params, hf_model, prompts)
+            theirs = [
+                {**bench_hf(hf_model, prompts, args, t), "max_logit_gap": gap}
+                for t in ([None] if args.gpu else args.torch_threads)
+            ]
+            report["rows"] += theirs
+            best = max(row["new_tok_per_s"] for row in theirs)
+            report["speedup_vs_hf"][batch] = ours["new_tok_per_s"] / best
+        g = args.samples
+        if g > 1 and batch % g == 0 and batch == max(args.batches):
+            few = prompts[: batch // g]
+            tiled = bench_ours(sampler, params, few, args, samples=g, label=f"memr1 G={g} tiled")
+            repeated = np.repeat(few, g, axis=0)
+            before = bench_ours(sampler, params, repeated, args, label=f"memr1 G={g} repeated")
+            report["rows"] += [tiled, before]
+        print(json.dumps(report["rows"][-1], default=float), flush=True)
+    print_table(report)
+    if args.json:
+        # Written beside the target and renamed, so a crash never leaves half a report.
+        tmp = args.json.with_name(args.json.name + ".tmp")
+        tmp.write_text(json.dumps(report, indent=1, default=float))
+        os.replace(tmp, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
