@@ -75,3 +75,107 @@ def parse_arg(arg: str | None, defaults: dict[str, object]) -> dict[str, object]
         else:
             out[key] = value.strip()
     return out
+
+
+def data_section(dataset: str) -> ml_collections.ConfigDict:
+    """Which conversations to run on.
+
+    `path` is a local file or folder in the dataset's own schema. `split` picks a part of the
+    Memory-R1 split (`ratios` by conversation, in file order) or "all"; synthloco files are already
+    one split each, so they default to "all". `gold_ops` is synthloco's gold-operation file, used
+    only to score operation accuracy. -1 means no limit.
+    """
+    return ml_collections.ConfigDict(
+        {
+            "kind": dataset,
+            "path": config_dict.placeholder(str),
+            "split": "all" if dataset in ("synthloco", "longmemeval", "msc") else "test",
+            "ratios": "1:1:8",
+            "drop_categories": "5",
+            "max_conversations": -1,
+            "max_questions": -1,
+            "gold_ops": config_dict.placeholder(str),
+        }
+    )
+
+
+def memory_section() -> ml_collections.ConfigDict:
+    """The banks and retrieval (the paper: top 30 per speaker for answers)."""
+    return ml_collections.ConfigDict(
+        {
+            "capacity": 1024,
+            "text_bytes": 512,
+            "log_capacity": 4096,
+            "overflow": "evict_oldest",
+            "retriever": "scann",
+            "fact_source": "llm",
+            "k_per_fact": 5,
+            "k_per_speaker": 30,
+        }
+    )
+
+
+def agents_section() -> ml_collections.ConfigDict:
+    """Prompt style, batching and generation budgets of the extractor, manager and answerer.
+
+    `manager_checkpoint` / `answer_checkpoint` are memr1 training checkpoint directories; each
+    agent can come from a different one (unset: the backbone's own weights).
+    """
+    return ml_collections.ConfigDict(
+        {
+            "style": "full",
+            "distill": True,
+            "batch_size": 8,
+            "max_prompt_tokens": 4096,
+            "extract_max_new_tokens": 256,
+            "manager_max_new_tokens": 512,
+            "answer_max_new_tokens": 256,
+            "temperature": 0.0,
+            "manager_checkpoint": config_dict.placeholder(str),
+            "answer_checkpoint": config_dict.placeholder(str),
+        }
+    )
+
+
+def judge_section() -> ml_collections.ConfigDict:
+    """LLM judge: "none", "openai" (an OpenAI-compatible endpoint) or "local" (the backbone)."""
+    return ml_collections.ConfigDict(
+        {
+            "kind": "none",
+            "base_url": config_dict.placeholder(str),
+            "model": config_dict.placeholder(str),
+            "api_key_env": "OPENAI_API_KEY",
+        }
+    )
+
+
+def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
+    """Training of one agent (paper: actor lr 1e-6 with warmup, critic 1e-5, temperature 1.0).
+
+    `batch_size` counts states (prompts) per step; GRPO samples `group_size` outputs for each.
+    `max_new_tokens` bounds each rollout (paper: 2048 response tokens). For the manager stage
+    the frozen Answer Agent answers greedily with `answer_max_new_tokens`.
+    """
+    return ml_collections.ConfigDict(
+        {
+            "steps": 200,
+            "batch_size": 16,
+            "group_size": 8,
+            "lr": 1e-6 if algo != "sft" else 1e-5,
+            "critic_lr": 1e-5,
+            "warmup_steps": 10,
+            "clip_eps": 0.2,
+            "kl_beta": 0.001 if algo == "grpo" else 0.0,
+            "kl_estimator": "k3",
+            "ddof": 1,
+            "n_micro": 1,
+            "temperature": 1.0,
+            "max_new_tokens": 512 if stage == "manager" else 256,
+            "answer_max_new_tokens": 64,
+            "sft_length": 2048,
+            "checkpoint_every": 50,
+            "keep": 3,
+            "on_nonfinite": "skip",
+            "only_turns_with_qa": True,
+        }
+    )

@@ -4,7 +4,8 @@
   --config configs/memr1.py:runlocal        (tiny model, one device, short rollouts: a laptop)
 
 Keys of the arg string: backbone (a size in `memr1.models.config.SIZES`), algo (grpo | ppo |
-sft), stage (manager | answer), dataset (synthloco | locomo | longmemeval | msc) and runlocal.
+sft), stage (manager | answer), dataset (synthloco | locomo | longmemeval | msc), system
+(locomo_rag | mem0 | memory_r1 | memory_sft: what `memr1.evaluate` runs) and runlocal.
 The returned ConfigDict is locked: overriding a field that does not exist is an error.
 """
 
@@ -20,12 +21,14 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "algo": ("grpo", "ppo", "sft"),
     "stage": ("manager", "answer"),
     "dataset": ("synthloco", "locomo", "longmemeval", "msc"),
+    "system": ("locomo_rag", "mem0", "memory_r1", "memory_sft"),
 }
 DEFAULTS: dict[str, object] = {
     "backbone": "tiny",
     "algo": "grpo",
     "stage": "manager",
     "dataset": "synthloco",
+    "system": "memory_r1",
     "runlocal": False,
 }
 # The backbones of the paper's main tables and its scaling study.
@@ -52,9 +55,35 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.hf_dir = base.hf_dir_field()
     config.mesh = base.mesh_section()
     config.sampling = base.sampling_section()
+    # The memory pipeline and its evaluation (memr1.evaluate).
+    config.system = v["system"]
+    config.tokenizer_dir = base.hf_dir_field()
+    config.workdir = base.hf_dir_field()
+    config.data = base.data_section(str(v["dataset"]))
+    config.memory = base.memory_section()
+    config.agents = base.agents_section()
+    config.judge = base.judge_section()
+    config.train = base.train_section(str(v["stage"]), str(v["algo"]))
+    if small:
+        # Tiny models see short prompts: the compact prompt style and few memories.
+        config.agents.style = "compact"
+        config.agents.max_prompt_tokens = 1024
+        config.memory.k_per_speaker = 5
+        config.memory.fact_source = "observation"
     if runlocal:
         config.mesh = base.mesh_section(data=1, fsdp=1, tensor=1)
         config.sampling.max_new_tokens = 32
+        config.train.update(
+            steps=20,
+            batch_size=4,
+            group_size=4,
+            lr=1e-4,
+            warmup_steps=2,
+            sft_length=512,
+            max_new_tokens=48,
+            answer_max_new_tokens=16,
+            checkpoint_every=10,
+        )
     config.lock()
     return config
 

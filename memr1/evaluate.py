@@ -1,0 +1,169 @@
+"""Evaluate a memory system on a benchmark and write its results to a work directory.
+
+  python -m memr1.evaluate --config configs/memr1.py:system=mem0,dataset=locomo \
+      --config.data.path ../shared/data/locomo10.json --hf_dir /ckpt/Qwen2.5-7B-Instruct \
+      --workdir runs/mem0-qwen7b
+
+  python -m memr1.evaluate --config configs/memr1.py:system=memory_r1,dataset=synthloco \
+      --config.data.path synth/test.json --config.data.gold_ops synth/gold_ops.json \
+      --config.tokenizer_dir synth/tokenizer --manager_checkpoint runs/manager/ckpt \
+      --answer_checkpoint runs/answer/ckpt --workdir runs/r1-tiny
+
+Outputs are described in `memr1.pipeline.outputs`. Bad input (a missing file, a malformed
+dataset, an unknown system) ends with one message naming what is wrong and exit code 2, and
+nothing is written.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import jax
+from absl import app, flags, logging
+from ml_collections import config_flags
+from tqdm import tqdm
+
+from memr1.data.errors import DataError
+from memr1.eval.judge import LocomoJudge
+from memr1.eval.judge_backends import CallableBackend, OpenAICompatibleBackend
+from memr1.models.hf_io import CheckpointError
+from memr1.pipeline import load, outputs, setup, systems
+from memr1.pipeline.policy import SamplingConfig
+
+_CONFIG = config_flags.DEFINE_config_file("config", "configs/memr1.py", "Experiment config.")
+_HF_DIR = flags.DEFINE_string("hf_dir", None, "Local HF checkpoint of the backbone.")
+_CHECKPOINT = flags.DEFINE_string(
+    "checkpoint", None, "memr1 training checkpoint for both agents (memory_r1 / memory_sft)."
+)
+_MANAGER_CKPT = flags.DEFINE_string("manager_checkpoint", None, "Checkpoint of the manager.")
+_ANSWER_CKPT = flags.DEFINE_string("answer_checkpoint", None, "Checkpoint of the answer agent.")
+_EMBED_DIR = flags.DEFINE_string("embed_dir", None, "Sentence-encoder dir (default: MiniLM).")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an existing non-empty workdir.")
+
+
+def _agent_params(backbone, path):
+    if not path:
+        return None
+    from memr1.train.checkpoint import restore_params
+
+    return restore_params(path, backbone.params)
+
+
+def _judge_scores(config, run, backbone):
+    kind = config.judge.kind
+    if kind == "none":
+        return None
+    if kind == "openai":
+        backend = OpenAICompatibleBackend(
+            config.judge.base_url, config.judge.model, api_key_env=config.judge.api_key_env
+        )
+    elif kind == "local":
+        policy = load.make_policy(backbone, batch_size=config.agents.batch_size, name="judge")
+
+        def complete(prompts):
+            chats = [[{"role": "user", "content": p}] for p in prompts]
+            done = policy.complete(chats, SamplingConfig(max_new_tokens=128), key=jax.random.key(0))
+            return [samples[0].text for samples in done]
+
+        backend = CallableBackend(complete, name="local")
+    else:
+        raise ValueError(f"config judge.kind={kind!r} is not one of none, openai, local")
+    preds = run.predictions
+    result = LocomoJudge(backend).judge(
+        [p.question for p in preds], [p.gold for p in preds], [p.answer for p in preds]
+    )
+    logging.info("judge: %d unparseable labels", result.num_unparseable)
+    return list(map(float, result.scores))
+
+
+def evaluate(config, *, hf_dir, manager_ckpt, answer_ckpt, embed_dir, workdir, overwrite):
+    """Runs one system end to end and writes its outputs; returns the results dict."""
+    from memr1.embed import Encoder
+
+    if not workdir:
+        raise ValueError("--workdir is required")
+    conversations = setup.load_conversations(config.data)
+    gold_ops = setup.load_gold_ops(config.data.gold_ops)
+    backbone = load.load_backbone(
+        hf_dir=hf_dir or config.hf_dir,
+        size=config.model.size,
+        tokenizer_dir=config.tokenizer_dir,
+        dtype=config.model.dtype,
+        param_dtype=config.model.param_dtype,
+        seed=config.seed,
+    )
+    trained = config.system in ("memory_r1", "memory_sft")
+    manager_params = _agent_params(backbone, manager_ckpt if trained else None)
+    answer_params = _agent_params(backbone, answer_ckpt if trained else None)
+    a = config.agents
+
+    def policy(params, name):
+        return load.make_policy(
+            backbone,
+            params,
+            batch_size=a.batch_size,
+            max_prompt_tokens=a.max_prompt_tokens,
+            name=name,
+        )
+
+    encoder = Encoder.from_dir(embed_dir)
+    ingest_cfg, answer_cfg = setup.ingest_and_answer_configs(config)
+    spec = systems.system_spec(config.system, ingest_cfg, answer_cfg)
+    total = sum(c.num_turns for c in conversations) + sum(len(c.qa) for c in conversations)
+    with tqdm(total=total, desc=f"{config.system}", unit="item", dynamic_ncols=True) as bar:
+        run = systems.run_system(
+            spec,
+            conversations,
+            embed=encoder.encode,
+            dim=encoder.dim,
+            bank=setup.bank_spec(config.memory),
+            manager=policy(manager_params, "manager"),
+            answerer=policy(answer_params, "answer"),
+            extractor=policy(None, "extractor"),
+            key=jax.random.key(config.seed),
+            max_questions=config.data.max_questions,
+            progress=lambda what, n: bar.update(n),
+        )
+    meta = {
+        "dataset": f"{config.data.kind}:{config.data.path} ({config.data.split})",
+        "backbone": backbone.source,
+        "manager_checkpoint": manager_ckpt if trained else None,
+        "answer_checkpoint": answer_ckpt if trained else None,
+        "config": config.to_dict(),
+    }
+    scores = _judge_scores(config, run, backbone)
+    return outputs.write_run(
+        workdir, run, meta, judge_scores=scores, gold_ops=gold_ops, overwrite=overwrite
+    )
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    # Orbax logs every file rename at INFO; keep the console to warnings and the progress bar.
+    logging.set_verbosity(logging.WARNING)
+    both = _CHECKPOINT.value
+    try:
+        results = evaluate(
+            _CONFIG.value,
+            hf_dir=_HF_DIR.value,
+            manager_ckpt=_MANAGER_CKPT.value or both or _CONFIG.value.agents.manager_checkpoint,
+            answer_ckpt=_ANSWER_CKPT.value or both or _CONFIG.value.agents.answer_checkpoint,
+            embed_dir=_EMBED_DIR.value,
+            workdir=_WORKDIR.value,
+            overwrite=_OVERWRITE.value,
+        )
+    except (DataError, CheckpointError, FileNotFoundError, FileExistsError, ValueError) as err:
+        print(f"memr1.evaluate: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    overall = results["scores"]["overall"]["scores"]
+    print(
+        f"{results['system']}: {results['num_questions']} questions, "
+        + ", ".join(f"{k} {v:.4f}" for k, v in overall.items() if v is not None)
+        + f"\nwrote {_WORKDIR.value}/results.md"
+    )
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,1 @@
+"""Memory-R1 as a system: ingest conversations into banks, answer questions, and the baselines."""

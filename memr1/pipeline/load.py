@@ -1,0 +1,83 @@
+"""Building the policies of a run from its config: a local HF checkpoint or a random tiny model.
+
+Nothing here downloads anything: `hf_dir` and `tokenizer_dir` are local directories. A random
+model (no `hf_dir`) still needs a tokenizer directory, because the pipeline speaks text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from memr1.models import config as model_config
+from memr1.models import transformer
+from memr1.models.hf_io import load_hf
+from memr1.models.tokenizer import load_tokenizer, special_ids
+from memr1.pipeline.policy import TextPolicy
+
+
+@dataclasses.dataclass
+class Backbone:
+    """A loaded backbone: shapes, graph, base parameters and tokenizer."""
+
+    cfg: model_config.ModelConfig
+    graphdef: Any
+    params: Any
+    tokenizer: Any
+    eos_ids: tuple[int, ...]
+    pad_id: int
+    source: str
+
+
+def load_backbone(
+    *,
+    hf_dir: str | None,
+    size: str = "tiny",
+    tokenizer_dir: str | None = None,
+    dtype: str = "float32",
+    param_dtype: str = "float32",
+    seed: int = 0,
+) -> Backbone:
+    """Loads `hf_dir` when given, else initialises `size` randomly with `tokenizer_dir`'s vocab."""
+    if hf_dir:
+        cfg, graphdef, params = load_hf(hf_dir, dtype=dtype, param_dtype=param_dtype)
+        tok = load_tokenizer(hf_dir)
+        special = special_ids(tok, hf_dir)
+        return Backbone(cfg, graphdef, params, tok, special.eos_ids, special.pad_id, str(hf_dir))
+    if not tokenizer_dir:
+        raise ValueError(
+            "a randomly initialised backbone needs a tokenizer: set tokenizer_dir (or hf_dir)"
+        )
+    if not Path(tokenizer_dir).is_dir():
+        raise FileNotFoundError(f"tokenizer_dir {tokenizer_dir}: not a directory")
+    tok = load_tokenizer(tokenizer_dir)
+    special = special_ids(tok, tokenizer_dir)
+    cfg = model_config.get_size(size, dtype=dtype, param_dtype=param_dtype)
+    if len(tok) > cfg.vocab_size:
+        cfg = cfg.replace(vocab_size=len(tok))
+    graphdef, params = transformer.init_model(cfg, seed=seed)
+    source = f"random {size} (seed {seed}), tokenizer {tokenizer_dir}"
+    return Backbone(cfg, graphdef, params, tok, special.eos_ids, special.pad_id, source)
+
+
+def make_policy(
+    backbone: Backbone,
+    params: Any = None,
+    *,
+    batch_size: int = 8,
+    max_prompt_tokens: int = 4096,
+    name: str = "policy",
+) -> TextPolicy:
+    """A TextPolicy over the backbone, with its own parameters when given."""
+    return TextPolicy(
+        backbone.cfg,
+        backbone.graphdef,
+        backbone.params if params is None else params,
+        backbone.tokenizer,
+        eos_ids=backbone.eos_ids,
+        pad_id=backbone.pad_id,
+        batch_size=batch_size,
+        max_prompt_tokens=max_prompt_tokens,
+        name=name,
+    )

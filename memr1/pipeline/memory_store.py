@@ -1,0 +1,181 @@
+"""One conversation's memory: an array bank (the source of truth) mirrored into a retriever.
+
+Both speakers share one `MemoryBank` whose `owner` field says whose memory a row is (0 =
+speaker_a, 1 = speaker_b): retrieval filters by owner, so "one bank per speaker" (Mem0's
+harness) and "all banks of a user" are the same data seen through different owner filters.
+The manager of speaker s only ever sees, and so can only ever touch, ids retrieved from owner s.
+
+After each batch of operations the changed rows (found by diffing ids / validity / version, so
+evictions are caught too) are upserted into or deleted from the retriever, whose ids are the
+bank's stable memory ids. Updates and deletes are therefore visible to the very next query.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+
+import jax
+import numpy as np
+
+from memr1 import memory as mem
+from memr1.agents.manager_io import ManagerOp
+from memr1.data.locomo import format_locomo_date
+from memr1.retrieval import make_retriever
+
+EmbedFn = Callable[[Sequence[str]], np.ndarray]
+_apply_op = jax.jit(mem.apply_op)
+
+
+@dataclasses.dataclass(frozen=True)
+class Hit:
+    """One retrieved memory."""
+
+    memory_id: int
+    text: str
+    owner: int
+    updated: int  # seconds since the epoch (the session date of its last change)
+    score: float
+
+    @property
+    def when(self) -> str:
+        return format_locomo_date(datetime.fromtimestamp(self.updated, tz=timezone.utc))
+
+
+@dataclasses.dataclass(frozen=True)
+class BankSpec:
+    capacity: int = 1024
+    text_bytes: int = 512
+    log_capacity: int = 4096
+    overflow: str = "evict_oldest"
+    retriever: str = "scann"
+
+
+def to_timestamp(when: datetime) -> int:
+    """Seconds since the epoch of a naive session date, read as UTC."""
+    return int(when.replace(tzinfo=timezone.utc).timestamp())
+
+
+class ConversationMemory:
+    """The bank of one conversation plus its retrieval index."""
+
+    def __init__(self, sample_id: str, speakers: Sequence[str], spec: BankSpec, dim: int):
+        self.sample_id = sample_id
+        self.speakers = tuple(speakers)
+        self.spec = spec
+        self.bank = mem.empty_bank(
+            spec.capacity, spec.text_bytes, dim, spec.log_capacity, overflow=spec.overflow
+        )
+        self.retriever = make_retriever(spec.retriever, dim)
+        self._host = self._snapshot()
+
+    def owner_of(self, speaker: str) -> int:
+        if speaker not in self.speakers:
+            raise KeyError(f"{self.sample_id}: {speaker!r} is not one of {self.speakers}")
+        return self.speakers.index(speaker)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _snapshot(self) -> dict[str, np.ndarray]:
+        b = self.bank
+        return {
+            "ids": np.asarray(b.ids_M),
+            "valid": np.asarray(b.valid_M),
+            "version": np.asarray(b.version_M),
+            "owner": np.asarray(b.owner_M),
+            "updated": np.asarray(b.updated_M),
+            "length": np.asarray(b.length_M),
+            "text": np.asarray(b.text_MC),
+            "emb": np.asarray(b.emb_ME),
+        }
+
+    def memories(self, owner: int | None = None) -> list[Hit]:
+        """All valid memories (of one owner, or all), in id order."""
+        h = self._host
+        rows = [s for s in np.flatnonzero(h["valid"]) if owner is None or h["owner"][s] == owner]
+        return sorted((self._hit(s, 0.0) for s in rows), key=lambda hit: hit.memory_id)
+
+    def _hit(self, slot: int, score: float) -> Hit:
+        h = self._host
+        return Hit(
+            memory_id=int(h["ids"][slot]),
+            text=mem.decode_text(h["text"][slot], h["length"][slot]),
+            owner=int(h["owner"][slot]),
+            updated=int(h["updated"][slot]),
+            score=float(score),
+        )
+
+    def search(self, query_QE: np.ndarray, owner: int, k: int) -> list[list[Hit]]:
+        """Top-k memories of `owner` for each query (fewer when the owner has fewer)."""
+        if len(query_QE) == 0:
+            return []
+        ids, scores = self.retriever.search(np.asarray(query_QE, np.float32), k, owner=owner)
+        slot_of = {int(i): s for s, i in enumerate(self._host["ids"]) if self._host["valid"][s]}
+        return [
+            [self._hit(slot_of[int(i)], sc) for i, sc in zip(row_ids, row_sc) if int(i) >= 0]
+            for row_ids, row_sc in zip(ids, scores)
+        ]
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def apply(
+        self,
+        ops: Sequence[ManagerOp],
+        *,
+        owner: int,
+        timestamp: int,
+        turn: int,
+        embed: EmbedFn,
+    ) -> None:
+        """Applies validated manager ops (in order) for `owner`, then syncs the retriever."""
+        changing = [op for op in ops if op.invalid is None and op.kind != "NOOP"]
+        texts = [op.text for op in changing if op.kind in ("ADD", "UPDATE")]
+        embs = iter(embed(texts)) if texts else iter(())
+        for op in changing:
+            emb = next(embs) if op.kind in ("ADD", "UPDATE") else None
+            target = -1 if op.target is None else int(op.target)
+            if op.kind in ("UPDATE", "DELETE") and not self._owns(target, owner):
+                # Defence in depth: parsed ids already come from this owner's retrieved set.
+                raise ValueError(f"{self.sample_id}: op {op} targets a memory not owned by {owner}")
+            arr = mem.make_op(
+                self.bank,
+                op.kind,
+                text=op.text,
+                emb=emb,
+                target=target,
+                owner=owner,
+                timestamp=timestamp,
+                turn=turn,
+            )
+            self.bank = _apply_op(self.bank, arr)
+        if changing:
+            mem.raise_if_overflowed(self.bank)
+            self._sync()
+
+    def add_texts(self, texts: Sequence[str], *, owner: int, timestamp: int, turn: int, embed):
+        """Adds raw texts as memories with no manager in between (the LoCoMo-RAG baseline)."""
+        ops = [ManagerOp(kind="ADD", text=t) for t in texts if t.strip()]
+        self.apply(ops, owner=owner, timestamp=timestamp, turn=turn, embed=embed)
+
+    def _owns(self, memory_id: int, owner: int) -> bool:
+        h = self._host
+        hit = (h["ids"] == memory_id) & h["valid"]
+        return bool(hit.any()) and int(h["owner"][np.argmax(hit)]) == owner
+
+    def _sync(self) -> None:
+        old, new = self._host, self._snapshot()
+        before = {
+            int(i): int(v) for i, v, ok in zip(old["ids"], old["version"], old["valid"]) if ok
+        }
+        after = {int(i): s for s, (i, ok) in enumerate(zip(new["ids"], new["valid"])) if ok}
+        gone = np.array([i for i in before if i not in after], np.int64)
+        changed = [s for i, s in after.items() if before.get(i) != int(new["version"][s])]
+        if gone.size:
+            self.retriever.delete(gone)
+        if changed:
+            slots = np.array(changed)
+            self.retriever.upsert(
+                new["ids"][slots].astype(np.int64), new["emb"][slots], new["owner"][slots]
+            )
+        self._host = new
