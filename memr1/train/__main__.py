@@ -1,0 +1,235 @@
+"""Train one Memory-R1 agent: SFT, GRPO or PPO on the answer or the manager stage.
+
+  python -m memr1.train --config configs/memr1.py:stage=answer,algo=grpo,backbone=qwen2.5-7b \
+      --hf_dir /ckpt/Qwen2.5-7B-Instruct --tuples tuples/locomo-train --workdir runs/answer-grpo
+
+  python -m memr1.train --config configs/memr1.py:stage=manager,algo=grpo,runlocal \
+      --config.tokenizer_dir synth/tokenizer --tuples synth/tuples \
+      --answer_checkpoint runs/answer-grpo/checkpoints --workdir runs/manager-grpo
+
+  python -m memr1.train --config configs/memr1.py:stage=answer,algo=sft --sft_data traces.jsonl ...
+
+Training tuples come from `python -m memr1.data.tuples`; SFT data is JSONL of
+{"messages": [...chat...], "target": "reply"} (e.g. a stronger model's traces: Memory-SFT).
+The partner agent is frozen while one trains (the paper's choice): the manager stage's reward
+comes from the Answer Agent of --answer_checkpoint (the backbone's own weights if unset).
+Checkpoints (Orbax) go to WORKDIR/checkpoints and resume automatically; metrics to WORKDIR/logs
+(TensorBoard + metrics.jsonl).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from memr1.pipeline import load
+from memr1.pipeline.policy import SamplingConfig
+from memr1.train import grpo, loop, mesh, ppo, rollout, sft, state
+from memr1.train.checkpoint import Checkpointer, restore_params
+from memr1.train.metrics_log import MetricsWriter
+
+_CONFIG = config_flags.DEFINE_config_file("config", "configs/memr1.py", "Experiment config.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, logs).")
+_HF_DIR = flags.DEFINE_string("hf_dir", None, "Local HF checkpoint of the backbone.")
+_TUPLES = flags.DEFINE_string("tuples", None, "Training tuples (python -m memr1.data.tuples).")
+_SFT_DATA = flags.DEFINE_string("sft_data", None, "JSONL of {messages, target} for SFT.")
+_INIT = flags.DEFINE_string("init_checkpoint", None, "Start from this run's policy (e.g. SFT).")
+_ANSWER = flags.DEFINE_string(
+    "answer_checkpoint", None, "Frozen Answer Agent for the manager stage's reward."
+)
+
+
+def read_sft_pairs(path: str, policy) -> list[tuple[list[int], list[int]]]:
+    """Tokenised (prompt, target + EOS) pairs from a JSONL file of {messages, target}."""
+    pairs = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            try:
+                row = json.loads(line)
+                messages, target = row["messages"], row["target"]
+            except (json.JSONDecodeError, KeyError, TypeError) as err:
+                msg = f"{path}: line {n}: not a {{messages, target}} object ({err})"
+                raise ValueError(msg) from err
+            prompt, _ = policy.encode(policy.render(messages))
+            ids = policy.tokenizer.encode(target, add_special_tokens=False)
+            pairs.append((prompt.tolist(), list(ids) + [policy.eos_ids[0]]))
+    if not pairs:
+        raise ValueError(f"{path}: no SFT pairs")
+    return pairs
+
+
+def train(config, *, workdir, hf_dir, tuples, sft_data, init_checkpoint, answer_checkpoint):
+    # -- setup ------------------------------------------------------------------------------
+    mesh.maybe_initialize_distributed()
+    t = config.train
+    backbone = load.load_backbone(
+        hf_dir=hf_dir or config.hf_dir,
+        size=config.model.size,
+        tokenizer_dir=config.tokenizer_dir,
+        dtype=config.model.dtype,
+        param_dtype=config.model.param_dtype,
+        seed=config.seed,
+    )
+    model_cfg = backbone.cfg.replace(remat=config.model.remat)
+    m = mesh.mesh_from_config(config.mesh, [model_cfg])
+    start = restore_params(init_checkpoint, backbone.params) if init_checkpoint else None
+    optim = state.OptimConfig(lr=t.lr, warmup_steps=t.warmup_steps)
+    critic = model_cfg if config.algo == "ppo" else None
+    setup, st = state.create_train_state(
+        m,
+        model_cfg,
+        optim,
+        seed=config.seed,
+        params=start if start is not None else backbone.params,
+        critic_cfg=critic,
+        critic_optim=state.OptimConfig(lr=t.critic_lr, warmup_steps=t.warmup_steps),
+    )
+    policy = load.make_policy(
+        backbone,
+        st.params,
+        batch_size=config.agents.batch_size,
+        max_prompt_tokens=config.agents.max_prompt_tokens,
+        name=config.stage,
+    )
+    workdir = Path(workdir)
+    loop_cfg = loop.LoopConfig(
+        steps=t.steps,
+        batch_size=t.batch_size,
+        group_size=t.group_size,
+        checkpoint_every=t.checkpoint_every,
+        seed=config.seed,
+        on_nonfinite=t.on_nonfinite,
+        desc=f"{config.stage}/{config.algo}",
+    )
+    with (
+        Checkpointer(workdir / "checkpoints", keep=t.keep) as ckpt,
+        MetricsWriter(workdir / "logs") as writer,
+    ):
+        # -- SFT --------------------------------------------------------------------------------
+        if config.algo == "sft":
+            if not sft_data:
+                raise ValueError("algo=sft needs --sft_data (JSONL of {messages, target})")
+            pairs = read_sft_pairs(sft_data, policy)
+            step_fn = sft.make_sft_step(setup, sft.SFTConfig(n_micro=t.n_micro))
+            return loop.run_sft(
+                setup,
+                st,
+                step_fn,
+                pairs,
+                cfg=loop_cfg,
+                length=t.sft_length,
+                pad_id=backbone.pad_id,
+                checkpointer=ckpt,
+                writer=writer,
+            )
+        # -- RL data and rollout ---------------------------------------------------------------
+        if not tuples:
+            raise ValueError(f"algo={config.algo} needs --tuples (python -m memr1.data.tuples)")
+        from memr1.data.tuples.io import read_tuples
+
+        sampling = SamplingConfig(temperature=t.temperature, max_new_tokens=t.max_new_tokens)
+        style = config.agents.style
+        if config.stage == "answer":
+            states = [rollout.answer_state_from_tuple(x) for x in read_tuples(tuples, "answer")]
+
+            def do_rollout(params, batch_states, key):
+                return rollout.answer_rollout(
+                    policy,
+                    params,
+                    batch_states,
+                    group_size=t.group_size,
+                    sampling=sampling,
+                    key=key,
+                    style=style,
+                    distill=config.agents.distill,
+                )
+        else:
+            from memr1.embed import Encoder
+
+            records = read_tuples(tuples, "manager")
+            if t.only_turns_with_qa:
+                records = [r for r in records if r.has_qa]
+            states = [rollout.manager_state_from_tuple(x) for x in records]
+            frozen = (
+                restore_params(answer_checkpoint, backbone.params) if answer_checkpoint else None
+            )
+            answerer = load.make_policy(backbone, frozen, batch_size=config.agents.batch_size)
+            encoder = Encoder.from_dir()
+
+            def do_rollout(params, batch_states, key):
+                return rollout.manager_rollout(
+                    policy,
+                    params,
+                    batch_states,
+                    group_size=t.group_size,
+                    sampling=sampling,
+                    key=key,
+                    style=style,
+                    answerer=answerer,
+                    embed=encoder.encode,
+                    k_per_speaker=config.memory.k_per_speaker,
+                    capacity=config.memory.capacity,
+                    text_bytes=config.memory.text_bytes,
+                    distill=config.agents.distill,
+                )
+
+        if not states:
+            raise ValueError(f"{tuples}: no {config.stage} tuples to train on")
+        # -- update ------------------------------------------------------------------------------
+        ref = state.make_reference(setup, st.params) if t.kl_beta > 0 else None
+        update = loop.make_rl_update(
+            setup,
+            config.algo,
+            grpo_cfg=grpo.GRPOConfig(
+                clip_eps=t.clip_eps,
+                kl_beta=t.kl_beta,
+                kl_estimator=t.kl_estimator,
+                temperature=t.temperature,
+                n_micro=t.n_micro,
+            ),
+            ppo_cfg=ppo.PPOConfig(clip_eps=t.clip_eps, kl_beta=t.kl_beta, n_micro=t.n_micro),
+            ref_params=ref,
+        )
+        return loop.run_rl(
+            setup,
+            st,
+            update,
+            states,
+            do_rollout,
+            cfg=loop_cfg,
+            response_width=t.max_new_tokens,
+            pad_id=backbone.pad_id,
+            checkpointer=ckpt,
+            writer=writer,
+        )
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    logging.set_verbosity(logging.WARNING)
+    if not _WORKDIR.value:
+        print("memr1.train: error: --workdir is required", file=sys.stderr)
+        sys.exit(2)
+    try:
+        final = train(
+            _CONFIG.value,
+            workdir=_WORKDIR.value,
+            hf_dir=_HF_DIR.value,
+            tuples=_TUPLES.value,
+            sft_data=_SFT_DATA.value,
+            init_checkpoint=_INIT.value,
+            answer_checkpoint=_ANSWER.value,
+        )
+    except (ValueError, FileNotFoundError) as err:
+        print(f"memr1.train: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    print(f"trained to step {int(final.step)}; checkpoints in {_WORKDIR.value}/checkpoints")
+
+
+if __name__ == "__main__":
+    app.run(main)

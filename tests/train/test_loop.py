@@ -1,0 +1,106 @@
+"""The GRPO loop on the answer stage with a tiny policy: it runs, logs, checkpoints, and a run
+killed after step 1 and resumed ends bitwise equal to an uninterrupted run."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from memr1.models.config import ModelConfig
+from memr1.models.tokenizer_train import train_bpe_tokenizer
+from memr1.pipeline.policy import SamplingConfig, TextPolicy
+from memr1.train import grpo, loop, mesh, rollout, state
+from memr1.train.checkpoint import Checkpointer
+from memr1.train.metrics_log import MetricsWriter, read_jsonl
+
+STATES = [
+    rollout.AnswerState(
+        question=f"Where does {name} live?",
+        gold=city,
+        memories=((name, (("1 May 2023", f"{name} lives in {city}"),)), ("Jo", ())),
+    )
+    for name, city in [("Ann", "Paris"), ("Bo", "Rome"), ("Cy", "Oslo"), ("Di", "Lima")]
+]
+
+
+@pytest.fixture(scope="module")
+def answer_policy(tmp_path_factory):
+    texts = [f"{s.question} {s.memories[0][1][0][1]} **Answer:** {s.gold}" for s in STATES] * 5
+    tok = train_bpe_tokenizer(texts, tmp_path_factory.mktemp("tok"), vocab_size=300)
+    cfg = ModelConfig(
+        family="qwen2",
+        vocab_size=len(tok),
+        d_model=32,
+        n_layers=1,
+        n_heads=4,
+        n_kv_heads=2,
+        head_dim=8,
+        d_ff=48,
+        qkv_bias=True,
+        tie_embeddings=True,
+        max_position=1024,
+    )
+    m = mesh.build_mesh(1, 1, 1, model_cfgs=[cfg])
+    setup, _ = state.create_train_state(m, cfg, state.OptimConfig(lr=1e-3, warmup_steps=1))
+    policy = TextPolicy(
+        cfg,
+        setup.graphdef,
+        None,
+        tok,
+        eos_ids=[tok.eos_token_id],
+        pad_id=tok.pad_token_id,
+        batch_size=2,
+    )
+    # One compiled update serves every run below: their setups are structurally identical.
+    update = loop.make_rl_update(
+        setup, "grpo", grpo_cfg=grpo.GRPOConfig(kl_beta=0.0, logprob_chunk=64)
+    )
+    return cfg, m, policy, update
+
+
+def _run(answer_policy, steps, workdir):
+    cfg, m, policy, update = answer_policy
+    setup, s0 = state.create_train_state(m, cfg, state.OptimConfig(lr=1e-3, warmup_steps=1), seed=3)
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=6)
+
+    def do_rollout(params, states, key):
+        return rollout.answer_rollout(
+            policy, params, states, group_size=4, sampling=sampling, key=key, style="compact"
+        )
+
+    with Checkpointer(workdir / "ckpt", keep=2) as ckpt, MetricsWriter(workdir / "logs") as w:
+        final = loop.run_rl(
+            setup,
+            s0,
+            update,
+            STATES,
+            do_rollout,
+            cfg=loop.LoopConfig(steps=steps, batch_size=2, group_size=4, checkpoint_every=1),
+            response_width=6,
+            pad_id=policy.pad_id,
+            checkpointer=ckpt,
+            writer=w,
+        )
+    return final
+
+
+def test_grpo_loop_logs_and_resumes_exactly(answer_policy, tmp_path):
+    straight = _run(answer_policy, 2, tmp_path / "a")
+    records = read_jsonl(tmp_path / "a" / "logs" / "metrics.jsonl")
+    assert [r["step"] for r in records] == [0, 1]
+    for key in ("train/loss", "train/reward", "train/zero_signal_frac", "train/response_length"):
+        assert key in records[0]
+    assert 0.0 <= records[0]["train/reward"] <= 1.0
+    # Interrupted after one step, then resumed by a process that asks for two.
+    _run(answer_policy, 1, tmp_path / "b")
+    resumed = _run(answer_policy, 2, tmp_path / "b")
+    for a, b in zip(jax.tree.leaves(straight.params), jax.tree.leaves(resumed.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert int(resumed.step) == 2
+
+
+def test_batch_indices_cover_each_epoch_once():
+    seen = np.concatenate([loop.batch_indices(10, 4, s, seed=1) for s in range(5)])
+    assert sorted(seen[:10]) == list(range(10)) and sorted(seen[10:20]) == list(range(10))
+    np.testing.assert_array_equal(loop.batch_indices(10, 4, 3, 1), loop.batch_indices(10, 4, 3, 1))
