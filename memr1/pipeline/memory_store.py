@@ -52,6 +52,15 @@ class BankSpec:
     retriever: str = "scann"
 
 
+# The op log stores a turn as one sortable integer: session * TURN_BASE + index (both 1-based).
+TURN_BASE = 10_000
+
+
+def turn_number(session: int, index: int) -> int:
+    """The op-log number of turn `index` of session `session`."""
+    return session * TURN_BASE + index
+
+
 def to_timestamp(when: datetime) -> int:
     """Seconds since the epoch of a naive session date, read as UTC."""
     return int(when.replace(tzinfo=timezone.utc).timestamp())
@@ -116,6 +125,19 @@ class ConversationMemory:
             [self._hit(slot_of[int(i)], sc) for i, sc in zip(row_ids, row_sc) if int(i) >= 0]
             for row_ids, row_sc in zip(ids, scores)
         ]
+
+    def neighbours(self, fact_emb_QE: np.ndarray, owner: int, k: int) -> list[tuple[int, str]]:
+        """What the manager is shown for a turn's facts: the top `k` of `owner`'s memories per
+        fact, merged rank by rank (every fact's best, then every fact's second, ...), each memory
+        once, as (memory id, text)."""
+        hits = self.search(fact_emb_QE, owner, k)
+        seen, retrieved = set(), []
+        for row in zip(*hits) if hits else ():
+            for hit in row:
+                if hit.memory_id not in seen:
+                    seen.add(hit.memory_id)
+                    retrieved.append((hit.memory_id, hit.text))
+        return retrieved
 
     # -- writing -------------------------------------------------------------------------------
 

@@ -32,19 +32,22 @@ from memr1 import memory as mem
 from memr1.agents.manager_io import KINDS, ManagerOp
 from memr1.data.records import Conversation, Observation, Session, Turn, dia_id
 from memr1.pipeline.ingest import IngestConfig, TurnRecord, ingest
-from memr1.pipeline.memory_store import BankSpec, ConversationMemory, EmbedFn, to_timestamp
+from memr1.pipeline.memory_store import (
+    TURN_BASE,
+    BankSpec,
+    ConversationMemory,
+    EmbedFn,
+    to_timestamp,
+    turn_number,
+)
 
 Teacher = Callable[[list[str], list[tuple[int, str]]], list[ManagerOp]]
 Facts = dict[str, dict[str, list[str]]]
 
-# pipeline.ingest numbers turns session * 10_000 + index in the bank's op log; the callable
-# builders use the same numbers, so one decoder tells every bank's memories' turns apart.
-TURN_BASE = 10_000
-
 
 def turn_code(turn: Turn) -> int:
     """The op-log turn number of a turn (pipeline.ingest's numbering)."""
-    return turn.session * TURN_BASE + turn.index
+    return turn_number(turn.session, turn.index)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,19 +96,8 @@ class CachedEmbed:
 def retrieve_for_facts(
     memory: ConversationMemory, fact_emb_QE: np.ndarray, owner: int, k: int
 ) -> list[tuple[int, str]]:
-    """The memories the manager is shown for a turn's facts: ``(memory id, text)``.
-
-    The top ``k`` of ``owner``'s memories per fact, merged rank by rank (every fact's best, then
-    every fact's second, ...), each memory once: exactly how pipeline.ingest merges them.
-    """
-    hits = memory.search(fact_emb_QE, owner, k)
-    seen, retrieved = set(), []
-    for row in zip(*hits) if hits else ():
-        for hit in row:
-            if hit.memory_id not in seen:
-                seen.add(hit.memory_id)
-                retrieved.append((hit.memory_id, hit.text))
-    return retrieved
+    """The memories the manager is shown for a turn's facts (exactly as pipeline.ingest)."""
+    return memory.neighbours(fact_emb_QE, owner, k)
 
 
 def last_writes(memory: ConversationMemory, conv: Conversation) -> dict[int, str]:

@@ -11,10 +11,9 @@ from __future__ import annotations
 import itertools
 
 from memr1.agents.manager_io import ManagerOp
-from memr1.data.tuples.banks import TURN_BASE
 from memr1.data.tuples.build import DEFAULT_BANK
 from memr1.data.tuples.schema import ManagerTuple
-from memr1.pipeline.memory_store import BankSpec, ConversationMemory, EmbedFn
+from memr1.pipeline.memory_store import TURN_BASE, BankSpec, ConversationMemory, EmbedFn
 
 
 def _turn_number(dia_id: str) -> int:
