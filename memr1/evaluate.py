@@ -83,6 +83,7 @@ def evaluate(config, *, hf_dir, manager_ckpt, answer_ckpt, embed_dir, workdir, o
 
     if not workdir:
         raise ValueError("--workdir is required")
+    setup.check_memory_config(config.memory)
     conversations = setup.load_conversations(config.data)
     gold_ops = setup.load_gold_ops(config.data.gold_ops)
     backbone = load.load_backbone(
@@ -110,7 +111,8 @@ def evaluate(config, *, hf_dir, manager_ckpt, answer_ckpt, embed_dir, workdir, o
     encoder = Encoder.from_dir(embed_dir)
     ingest_cfg, answer_cfg = setup.ingest_and_answer_configs(config)
     spec = systems.system_spec(config.system, ingest_cfg, answer_cfg)
-    total = sum(c.num_turns for c in conversations) + sum(len(c.qa) for c in conversations)
+    questions = len(systems.questions_of(conversations, config.data.max_questions))
+    total = sum(c.num_turns for c in conversations) + questions
     with tqdm(total=total, desc=f"{config.system}", unit="item", dynamic_ncols=True) as bar:
         run = systems.run_system(
             spec,

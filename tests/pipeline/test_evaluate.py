@@ -125,3 +125,42 @@ def _check_inspector(workdir, memory):
     inspect_bank.show_bank(workdir, "synth-test-000", memory["id"], out=out)
     assert "ADD" in out.getvalue() and memory["text"] in out.getvalue()
     assert inspect_bank.main([str(workdir), "--conversation", "nope"]) == 2
+
+
+def test_memory_r1_loads_each_agent_from_its_own_checkpoint(synth_dir, tmp_path):
+    """memory_r1 / memory_sft take the manager and the answerer from two training checkpoints."""
+    import jax
+    import numpy as np
+
+    from memr1.pipeline import load
+    from memr1.train import mesh, state
+    from memr1.train.checkpoint import Checkpointer, restore_params
+
+    config = _config(synth_dir, "memory_r1")
+    backbone = load.load_backbone(
+        hf_dir=None, size="tiny", tokenizer_dir=config.tokenizer_dir, seed=config.seed
+    )
+    m = mesh.build_mesh(1, 1, 1, model_cfgs=[backbone.cfg])
+    saved = {}
+    for name, seed in (("manager", 11), ("answer", 12)):
+        _, st = state.create_train_state(m, backbone.cfg, seed=seed)
+        with Checkpointer(tmp_path / name) as ckpt:
+            ckpt.save(1, st, {"next_step": 1})
+        saved[name] = st.params
+    restored = restore_params(tmp_path / "manager", backbone.params)
+    for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(saved["manager"])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    results = evaluate.evaluate(
+        config,
+        hf_dir=None,
+        manager_ckpt=str(tmp_path / "manager"),
+        answer_ckpt=str(tmp_path / "answer"),
+        embed_dir=None,
+        workdir=str(tmp_path / "run"),
+        overwrite=False,
+    )
+    assert results["manager_checkpoint"] == str(tmp_path / "manager")
+    assert results["answer_checkpoint"] == str(tmp_path / "answer")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        restore_params(tmp_path / "missing", backbone.params)
+    assert not (tmp_path / "missing").exists()  # restoring never creates a directory
