@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -63,7 +64,9 @@ def answer_rollout(
 ) -> tuple[list[list[Completion]], np.ndarray, dict[str, float]]:
     """G sampled answers per state, with their exact-match rewards [B, G]."""
     chats = [answer_messages(s, style=style, distill=distill) for s in states]
+    start = time.perf_counter()
     groups = policy.complete(chats, sampling, key=key, num_samples=group_size, params=params)
+    sampled = time.perf_counter()
     rewards = np.zeros((len(states), group_size), np.float32)
     fallbacks = 0
     for b, (state, group) in enumerate(zip(states, groups)):
@@ -78,6 +81,8 @@ def answer_rollout(
         "no_marker_frac": fallbacks / rewards.size,
         "response_length": float(np.mean(lengths)),
         "truncated_frac": float(np.mean([not c.finished for g in groups for c in g])),
+        "time_sample_s": sampled - start,
+        "time_reward_s": time.perf_counter() - sampled,
     }
     return groups, rewards, stats
 
@@ -101,7 +106,9 @@ def manager_rollout(
     """G sampled manager outputs per state, rewarded through the frozen answerer."""
     chats = [manager_messages(s, style=style) for s in states]
     sample_key, answer_key = jax.random.split(key)
+    start = time.perf_counter()
     groups = policy.complete(chats, sampling, key=sample_key, num_samples=group_size, params=params)
+    sampled = time.perf_counter()
     rewards = np.zeros((len(states), group_size), np.float32)
     kinds: collections.Counter = collections.Counter()
     for b, (state, group) in enumerate(zip(states, groups)):
@@ -125,6 +132,8 @@ def manager_rollout(
         "reward": float(rewards.mean()),
         "response_length": float(np.mean([len(c.ids) for g in groups for c in g])),
         **{f"op_{k.lower()}_frac": v / total for k, v in sorted(kinds.items())},
+        "time_sample_s": sampled - start,
+        "time_reward_s": time.perf_counter() - sampled,
     }
     return groups, rewards, stats
 
