@@ -59,9 +59,25 @@ def warmup_constant(lr: float, warmup_steps: int) -> optax.Schedule:
     return lambda count: lr * jnp.minimum(1.0, (count + 1) / warmup_steps)
 
 
+# Parameters never decayed: norm scales and the attention biases. The q/k/v biases are stored
+# per head as 2-D [heads, head_dim], so a rank test alone would decay them.
+NO_DECAY = frozenset({"scale", "bq", "bk", "bv"})
+
+
+def _param_name(path) -> str:
+    names = [k.key for k in path if isinstance(k, jax.tree_util.DictKey)]
+    return str(names[-1]) if names else ""
+
+
+def decay_mask(params: Any) -> Any:
+    """True for the weight matrices AdamW decays; False for norms and biases."""
+    return jax.tree_util.tree_map_with_path(
+        lambda path, x: x.ndim >= 2 and _param_name(path) not in NO_DECAY, params
+    )
+
+
 def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
-    """Clip by global norm, then AdamW; norms and biases (1-D parameters) are not decayed."""
-    decay_mask = lambda params: jax.tree.map(lambda x: x.ndim >= 2, params)
+    """Clip by global norm, then AdamW; norm scales and biases are not decayed."""
     return optax.chain(
         optax.clip_by_global_norm(cfg.clip_norm),
         optax.adamw(

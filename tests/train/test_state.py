@@ -95,3 +95,19 @@ def test_only_the_trainable_subset_moves():
     frozen_after = state.split_trainable(s1.params, only_mlp)[1]
     assert tiny.leaves_equal(frozen_after, frozen_before)
     assert not tiny.leaves_equal(s1.params["layers"][0]["mlp"], s0.params["layers"][0]["mlp"])
+
+
+def test_weight_decay_spares_norms_and_attention_biases():
+    from memr1.models import transformer
+    from memr1.models.config import get_size
+
+    _, params = transformer.init_model(get_size("tiny"))
+    mask = state.decay_mask(params)
+    flat = {
+        jax.tree_util.keystr(path): bool(v)
+        for path, v in jax.tree_util.tree_flatten_with_path(mask)[0]
+    }
+    assert flat["['layers'][0]['attn']['bq'].value"] is False  # 2-D [heads, head_dim] bias
+    assert flat["['layers'][0]['attn_norm']['scale'].value"] is False
+    assert flat["['layers'][0]['attn']['wq'].value"] is True
+    assert flat["['embed'].value"] is True

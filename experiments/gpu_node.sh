@@ -1,0 +1,260 @@
+#!/usr/bin/env bash
+# The Memory-R1 recipe on one node: tuples -> Answer Agent -> Memory Manager -> evaluate -> export.
+#
+#   MEMR1_LOCOMO=/data/locomo10.json MEMR1_HF_DIR=/ckpt/Qwen2.5-7B-Instruct \
+#   MEMR1_RUN_DIR=/runs/qwen7b experiments/gpu_node.sh [STAGE ...]
+#
+# STAGE is any of: tuples answer manager evaluate export (default: all five, in that order).
+# Every stage is its own process and is skipped when its output is already complete, so the
+# script can be rerun after a failure or a pre-emption; the two training stages also resume
+# from their last checkpoint. A scheduler can submit one job per stage with the same
+# environment. Logs go to $MEMR1_RUN_DIR/logs/<stage>.log. Nothing is downloaded: the
+# checkpoint, the data and the sentence encoder (the pinned MiniLM package) must be local.
+# experiments/tpu_pod.sh runs the same stages on every host of a TPU pod slice.
+#
+# Required (only for the stages that use them):
+#   MEMR1_RUN_DIR     where tuples, runs, evaluation and exports go (created if missing)
+#   MEMR1_LOCOMO      LoCoMo's locomo10.json (tuples, evaluate)
+#   MEMR1_HF_DIR      local HF checkpoint of the backbone (answer, manager, evaluate, export)
+# Optional:
+#   MEMR1_BACKBONE    memr1 size name matching MEMR1_HF_DIR (default qwen2.5-7b)
+#   MEMR1_ALGO        grpo | ppo (default grpo)
+#   MEMR1_NUM_DEVICES devices of the job (default: visible GPUs, from nvidia-smi)
+#   MEMR1_MESH        data,fsdp,tensor (default 1,-1,1: every device on the FSDP axis)
+#   MEMR1_MICRO_ROWS  rows per device per micro-batch (default 1; the paper used 2)
+#   MEMR1_BATCH       prompts per update (default 128, the paper's); MEMR1_GROUP G (default 8)
+#   MEMR1_STEPS       updates per stage (default: the config's); MEMR1_MAX_RESPONSE (2048)
+#   MEMR1_TUPLES      an existing tuples folder to use instead of building one
+#   MEMR1_TEACHER_HF_DIR  build manager banks with this local teacher model (default: the
+#                     dataset's own observations, no model)
+#   MEMR1_JUDGE_URL / MEMR1_JUDGE_MODEL  an OpenAI-compatible judge for the J score
+#   MEMR1_TRAIN_ARGS / MEMR1_EVAL_ARGS   extra flags, e.g. "--config.train.kl_beta=0.01"
+#   MEMR1_PYTHON      interpreter (default: the repository's .venv/bin/python)
+#   MEMR1_LOG_SUFFIX  appended to log names (tpu_pod.sh: one log per host)
+#   MEMR1_DRY_RUN=1   print the commands instead of running them
+set -euo pipefail
+shopt -s inherit_errexit # a failure inside $(...) stops the script too
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PROG=$(basename "$0")
+STAGES=(tuples answer manager evaluate export)
+
+die() {
+  echo "$PROG: error: $*" >&2
+  exit 2
+}
+
+# need VAR "what it is": stops with a message naming the variable when it is unset or empty.
+need() {
+  [[ -n "${!1:-}" ]] || die "$1 is not set: $2"
+}
+
+need_path() {
+  need "$1" "$2"
+  [[ -e "${!1}" ]] || die "$1=${!1} does not exist ($2)"
+}
+
+# ---- settings ---------------------------------------------------------------------------------
+PY=${MEMR1_PYTHON:-$REPO/.venv/bin/python}
+BACKBONE=${MEMR1_BACKBONE:-qwen2.5-7b}
+ALGO=${MEMR1_ALGO:-grpo}
+BATCH=${MEMR1_BATCH:-128}
+GROUP=${MEMR1_GROUP:-8}
+MAX_RESPONSE=${MEMR1_MAX_RESPONSE:-2048}
+MESH=${MEMR1_MESH:-1,-1,1}
+DRY_RUN=${MEMR1_DRY_RUN:-0}
+# One 6k-token row per device and micro-batch: memr1 materialises the [T, T] attention scores,
+# and tools/memory_estimate.py shows two rows (the paper's micro-batch size) overflowing 80 GB
+# devices for 7B on 4 GPUs and 14B on 8. Raise it where the estimate says two rows fit.
+MICRO_ROWS=${MEMR1_MICRO_ROWS:-1}
+[[ $ALGO == grpo || $ALGO == ppo ]] || die "MEMR1_ALGO=$ALGO: expected grpo or ppo"
+
+if (($# == 0)); then set -- "${STAGES[@]}"; fi
+for stage in "$@"; do
+  [[ " ${STAGES[*]} " == *" $stage "* ]] || die "unknown stage '$stage' (stages: ${STAGES[*]})"
+done
+
+need MEMR1_RUN_DIR "the run directory (tuples, checkpoints, results and exports go there)"
+RUN=$MEMR1_RUN_DIR
+TUPLES=${MEMR1_TUPLES:-$RUN/tuples}
+ANSWER_RUN=$RUN/answer-$ALGO
+MANAGER_RUN=$RUN/manager-$ALGO
+EVAL_DIR=$RUN/eval-$ALGO
+EXPORT_DIR=$RUN/export
+
+# run STAGE CMD...: runs (or prints) one stage's command, teeing its output to the stage's log.
+run() {
+  local log=$RUN/logs/$1${MEMR1_LOG_SUFFIX:-}.log
+  shift
+  if [[ $DRY_RUN == 1 ]]; then
+    printf '%q ' "$@"
+    echo
+    return 0
+  fi
+  mkdir -p "$(dirname "$log")"
+  echo "[$(date -u +%FT%TZ)] $*" >>"$log"
+  "$@" 2>&1 | tee -a "$log"
+}
+
+device_count() {
+  if [[ -n ${MEMR1_NUM_DEVICES:-} ]]; then
+    echo "$MEMR1_NUM_DEVICES"
+  elif [[ -n ${CUDA_VISIBLE_DEVICES:-} ]]; then
+    awk -F, '{print NF}' <<<"$CUDA_VISIBLE_DEVICES"
+  elif command -v nvidia-smi >/dev/null; then
+    nvidia-smi -L | grep -c '^GPU'
+  else
+    die "MEMR1_NUM_DEVICES is not set and nvidia-smi is not available to count the GPUs"
+  fi
+}
+
+# The config overrides of the paper's training recipe (see experiments/README.md).
+train_flags() {
+  local stage=$1 devices data fsdp tensor rows shards
+  devices=$(device_count)
+  IFS=, read -r data fsdp tensor <<<"$MESH"
+  if [[ $fsdp == -1 ]]; then fsdp=$((devices / (data * tensor))); fi
+  if [[ $data == -1 ]]; then data=$((devices / (fsdp * tensor))); fi
+  if [[ $tensor == -1 ]]; then tensor=$((devices / (data * fsdp))); fi
+  ((data * fsdp * tensor == devices)) ||
+    die "MEMR1_MESH=$MESH does not cover the $devices devices (data x fsdp x tensor must equal it)"
+  shards=$((data * fsdp))
+  rows=$((BATCH * GROUP))
+  ((rows % (MICRO_ROWS * shards) == 0)) ||
+    die "MEMR1_BATCH x MEMR1_GROUP = $rows rows do not split into micro-batches of" \
+      "$MICRO_ROWS rows on each of $shards data x fsdp shards"
+  local flags=(
+    --config "$REPO/configs/memr1.py:backbone=$BACKBONE,algo=$ALGO,stage=$stage,dataset=locomo"
+    --config.mesh.data="$data" --config.mesh.fsdp="$fsdp" --config.mesh.tensor="$tensor"
+    --config.model.remat=True
+    --config.train.lr=1e-6 --config.train.critic_lr=1e-5
+    --config.train.batch_size="$BATCH" --config.train.group_size="$GROUP"
+    --config.train.n_micro=$((rows / (MICRO_ROWS * shards)))
+    --config.train.temperature=1.0 --config.train.max_new_tokens="$MAX_RESPONSE"
+    --config.agents.max_prompt_tokens=4096
+  )
+  if [[ -n ${MEMR1_STEPS:-} ]]; then flags+=(--config.train.steps="$MEMR1_STEPS"); fi
+  printf '%s\n' "${flags[@]}"
+}
+
+# ---- stages -------------------------------------------------------------------------------------
+stage_tuples() {
+  if [[ -n ${MEMR1_TUPLES:-} ]]; then
+    need_path MEMR1_TUPLES "a tuples folder from python -m memr1.data.tuples"
+    echo "tuples: using $TUPLES"
+    return 0
+  fi
+  # The tool writes into a temporary folder and renames it, so an existing folder is complete.
+  if [[ -d $TUPLES ]]; then
+    echo "tuples: $TUPLES exists, skipped"
+    return 0
+  fi
+  need_path MEMR1_LOCOMO "LoCoMo's locomo10.json"
+  local extra=()
+  if [[ -n ${MEMR1_TEACHER_HF_DIR:-} ]]; then
+    need_path MEMR1_TEACHER_HF_DIR "a local HF checkpoint of the teacher manager"
+    extra=(--builder teacher --hf_dir "$MEMR1_TEACHER_HF_DIR")
+  fi
+  # Memory-R1's train split: conversation conv-26 of a 1:1:8 split by conversation.
+  run tuples "$PY" -m memr1.data.tuples --dataset locomo --path "$MEMR1_LOCOMO" \
+    --split train --ratios 1:1:8 "${extra[@]}" --out "$TUPLES"
+}
+
+# train STAGE WORKDIR [FLAGS...]: one agent, resumed from its checkpoints, marked DONE at the end.
+train() {
+  local stage=$1 workdir=$2
+  shift 2
+  if [[ -f $workdir/DONE ]]; then
+    echo "$stage: $workdir/DONE exists, skipped"
+    return 0
+  fi
+  need_path MEMR1_HF_DIR "the local HF checkpoint of $BACKBONE"
+  [[ -d $TUPLES || $DRY_RUN == 1 ]] || die "no tuples at $TUPLES: run the tuples stage first"
+  local text flags
+  text=$(train_flags "$stage") # not mapfile < <(...): its failure would go unnoticed
+  mapfile -t flags <<<"$text"
+  # shellcheck disable=SC2086  # MEMR1_TRAIN_ARGS is a list of flags
+  run "$stage" "$PY" -m memr1.train "${flags[@]}" --hf_dir "$MEMR1_HF_DIR" \
+    --tuples "$TUPLES" --workdir "$workdir" "$@" ${MEMR1_TRAIN_ARGS:-}
+  [[ $DRY_RUN == 1 ]] || date -u +%FT%TZ >"$workdir/DONE"
+}
+
+stage_answer() {
+  train answer "$ANSWER_RUN"
+}
+
+stage_manager() {
+  # The Answer Agent trained above stays frozen and supplies the manager's reward.
+  [[ -f $ANSWER_RUN/DONE || $DRY_RUN == 1 ]] ||
+    die "the Answer Agent is not trained yet ($ANSWER_RUN/DONE missing): run the answer stage"
+  train manager "$MANAGER_RUN" --answer_checkpoint "$ANSWER_RUN/checkpoints"
+}
+
+stage_evaluate() {
+  if [[ -f $EVAL_DIR/results.json ]]; then
+    echo "evaluate: $EVAL_DIR/results.json exists, skipped"
+    return 0
+  fi
+  need_path MEMR1_LOCOMO "LoCoMo's locomo10.json"
+  need_path MEMR1_HF_DIR "the local HF checkpoint of $BACKBONE"
+  local judge=()
+  if [[ -n ${MEMR1_JUDGE_URL:-} ]]; then
+    need MEMR1_JUDGE_MODEL "the judge model's name at MEMR1_JUDGE_URL"
+    judge=(--config.judge.kind=openai --config.judge.base_url="$MEMR1_JUDGE_URL"
+      --config.judge.model="$MEMR1_JUDGE_MODEL")
+  fi
+  # Greedy answers on the test split (the 8 conversations after train and validation).
+  # shellcheck disable=SC2086  # MEMR1_EVAL_ARGS is a list of flags
+  run evaluate "$PY" -m memr1.evaluate \
+    --config "$REPO/configs/memr1.py:system=memory_r1,dataset=locomo,backbone=$BACKBONE" \
+    --config.data.path="$MEMR1_LOCOMO" --config.data.split=test "${judge[@]}" \
+    --hf_dir "$MEMR1_HF_DIR" --manager_checkpoint "$MANAGER_RUN/checkpoints" \
+    --answer_checkpoint "$ANSWER_RUN/checkpoints" --workdir "$EVAL_DIR" ${MEMR1_EVAL_ARGS:-}
+}
+
+# tools/export_hf.py reads HF checkpoints and bare Orbax parameter trees, not training
+# checkpoints (which hold the whole train state), and takes its shapes from the size table. So
+# the policy is restored here on the host and handed to the exporter that tool calls
+# (memr1.models.hf_export.export_hf), with the backbone's own config.json: the export then has
+# exactly the trained architecture (RoPE base, norms, tying) and the backbone's tokenizer.
+EXPORT_PY='
+import sys
+import jax
+from memr1.models.hf_export import export_hf
+from memr1.models.hf_io import config_from_hf
+from memr1.models.transformer import abstract_model
+from memr1.train.checkpoint import restore_params
+
+hf_dir, ckpt_dir, out = sys.argv[1:4]
+cfg = config_from_hf(hf_dir, param_dtype="float32")
+host = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+like = jax.tree.map(
+    lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=host), abstract_model(cfg)[1]
+)
+params = restore_params(ckpt_dir, like)
+print("wrote", export_hf(cfg, params, out, hf_dir, dtype="bfloat16"))
+'
+
+stage_export() {
+  need_path MEMR1_HF_DIR "the local HF checkpoint of $BACKBONE (config and tokenizer)"
+  local agent run_dir out
+  for agent in answer manager; do
+    run_dir=$RUN/$agent-$ALGO
+    out=$EXPORT_DIR/$agent-$ALGO
+    # The exporter writes into a temporary folder and renames it: an existing one is complete.
+    if [[ -d $out ]]; then
+      echo "export: $out exists, skipped"
+      continue
+    fi
+    [[ -f $run_dir/DONE || $DRY_RUN == 1 ]] || die "$run_dir is not finished: train it first"
+    # On the host, so that exporting needs no accelerator memory.
+    JAX_PLATFORMS=cpu run export "$PY" -c "$EXPORT_PY" "$MEMR1_HF_DIR" "$run_dir/checkpoints" \
+      "$out"
+  done
+}
+
+cd "$REPO"
+for stage in "$@"; do
+  echo "== $stage ($BACKBONE, $ALGO) =="
+  "stage_$stage"
+done

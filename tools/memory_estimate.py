@@ -1,0 +1,292 @@
+"""Expected device memory of full-parameter GRPO training, per backbone and per device.
+
+  python tools/memory_estimate.py [--rows-per-device 2] [--prompt 4096] [--response 2048]
+                                  [--setup 1x141GB --setup 8x80GB-fsdp] [--json OUT]
+
+Nothing is allocated: parameter and AdamW shapes come from `jax.eval_shape` of the real model
+and optimiser, each array is divided over the mesh by the same logical-axis rules the trainer
+uses (`memr1.sharding.DEFAULT_RULES`), and the rest is arithmetic on the model's dimensions.
+
+Per device, the estimate is
+
+  resident = params (float32 master) + AdamW moments + bfloat16 compute copy + reference (bf16)
+             [+ the frozen Answer Agent in the manager stage, stored like the policy]
+  update   = gradients + float32 accumulator (gradient accumulation) + activations
+  rollout  = KV cache of the rollout rows + one layer's prefill attention
+  total    = resident + max(update, rollout)
+
+because the rollout and the update alternate and share only the resident state. Activations
+assume the trainer's per-block remat: every block's input is kept in bf16, and one block is
+recomputed at a time in the backward pass. That block's attention scores are materialised as
+[rows, heads, T, T] (memr1 has no flash attention), at about 12 bytes per score (float32 scores
+and softmax output, their gradient, bf16 copies); at thousands of tokens this is the largest
+activation. Under FSDP each device also gathers one block's weights (float32, double-buffered).
+Not counted: XLA's scratch for the optimiser update, fragmentation and the CUDA context; the
+verdict keeps `--margin` (10%) of the device free for them: "yes" below 90%, "tight" up to
+100%, "no" above. Every array is assumed sharded as the trainer shards it, including the
+backbone as loaded and the frozen Answer Agent.
+
+Check against XLA's own plan (`compiled.memory_analysis()` of the real GRPO step, tiny model
+with one block, 2 rows x 1024 tokens, float32, CPU): 195 MiB estimated (activations 190.5 +
+gradients 4.6) against 208 MiB of XLA temporaries, which also hold the optimiser's. With
+several blocks in the unrolled layer loop, XLA:CPU schedules every block's recomputation early
+and its temporaries grow by one block's worth per layer, as if there were no remat; whether
+XLA:GPU does the same must be read off a GPU run (`tools/bench_train.py --gpu` reports XLA's
+temporaries and the peak).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+GIB = 2**30
+# Device memory as nvidia-smi reports it (MiB) for the 141 GB H200 and the 80 GB H100.
+SETUPS = {
+    "1x141GB": {"devices": "1x H200 (141 GB)", "mesh": (1, 1, 1), "capacity": 143_771 * 2**20},
+    "2x141GB-fsdp": {"devices": "2x H200", "mesh": (1, 2, 1), "capacity": 143_771 * 2**20},
+    "8x80GB-fsdp": {"devices": "8x H100 (80 GB)", "mesh": (1, 8, 1), "capacity": 81_559 * 2**20},
+    "4x80GB-fsdp": {"devices": "4x H100 (80 GB)", "mesh": (1, 4, 1), "capacity": 81_559 * 2**20},
+}
+DEFAULT_SETUPS = ("1x141GB", "8x80GB-fsdp", "4x80GB-fsdp")
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """What one device processes (paper: micro-batch 2 per GPU, prompt 4096 + response 2048)."""
+
+    rows_per_device: int = 2  # training micro-batch rows on one device
+    prompt: int = 4096
+    response: int = 2048
+    rollout_prompts: int = 8  # prompts per sampler call (config agents.batch_size)
+    group: int = 8  # G samples per prompt (config train.group_size)
+    logprob_chunk: int = 128
+    kl_beta: float = 0.001  # > 0 keeps a bf16 reference policy
+    grad_accum: bool = True  # n_micro > 1: a float32 gradient accumulator
+    stage: str = "manager"  # the manager stage also holds the frozen Answer Agent
+    param_dtype: str = "float32"
+    compute_dtype: str = "bfloat16"
+
+
+def shard_bytes(mesh: dict[str, int], tree) -> tuple[int, list[str]]:
+    """Bytes of `tree` (abstract, with logical axis names) held by one device, and problems.
+
+    A dimension a mesh axis does not divide is counted rounded up and reported (the trainer's
+    `check_divisible` would refuse such a mesh).
+    """
+    import jax
+    from flax import nnx
+    from jax.sharding import PartitionSpec
+
+    from memr1.sharding import DEFAULT_RULES, logical_to_spec
+
+    specs = nnx.get_partition_spec(tree)
+    spec_leaves = jax.tree.leaves(specs, is_leaf=lambda x: isinstance(x, PartitionSpec))
+    total, problems = 0, []
+    for leaf, names in zip(jax.tree.leaves(tree), spec_leaves, strict=True):
+        spec = logical_to_spec(tuple(names), DEFAULT_RULES)
+        elems = 1
+        for i, dim in enumerate(leaf.shape):
+            axes = spec[i] if i < len(spec) else None
+            axes = (axes,) if isinstance(axes, str) else tuple(axes or ())
+            div = math.prod(mesh[a] for a in axes)
+            if dim % div:
+                problems.append(f"{tuple(leaf.shape)} dim {i} over {axes}")
+            elems *= -(-dim // div)
+        total += elems * leaf.dtype.itemsize
+    return total, problems
+
+
+def abstract_state(size: str, param_dtype: str):
+    """(ModelConfig, abstract params, abstract AdamW state) from jax.eval_shape."""
+    import jax
+
+    from memr1.models.config import get_size
+    from memr1.models.transformer import abstract_model
+    from memr1.train.state import OptimConfig, make_optimizer
+
+    cfg = get_size(size, param_dtype=param_dtype)
+    _, params = abstract_model(cfg)
+    opt = jax.eval_shape(make_optimizer(OptimConfig()).init, params)
+    return cfg, params, opt
+
+
+def activation_bytes(cfg, mesh: dict[str, int], w: Workload, compute_bytes: int) -> dict:
+    """Per-device activation estimate of one training micro-batch with per-block remat."""
+    tp, fsdp = mesh["tensor"], mesh["fsdp"]
+    b, t, d = w.rows_per_device, w.prompt + w.response, cfg.d_model
+    h, f, v = cfg.n_heads // tp, cfg.d_ff // tp, cfg.vocab_size // tp
+    saved = cfg.n_layers * b * t * d * compute_bytes
+    # One block recomputed and differentiated: ~10 [T, D] tensors (norm outputs, q/k/v/o,
+    # residuals and their gradients), 4 [T, F] ones (gate, up, product, gradient), and the
+    # [T, T] attention scores at ~12 bytes each.
+    block = b * t * (10 * d + 4 * f) * compute_bytes + b * h * t * t * 12
+    # Chunked log-probs: float32 [rows, chunk, V] logits, log-softmax and gradient.
+    logits = b * w.logprob_chunk * v * 4 * 3
+    gather = 0
+    if fsdp > 1:
+        per_layer = (cfg.n_heads * 2 + cfg.n_kv_heads * 2) * cfg.head_dim * d + 3 * d * cfg.d_ff
+        gather = 2 * per_layer // tp * 4
+    return {
+        "saved_block_inputs": saved,
+        "block_recompute": block,
+        "logits_chunk": logits,
+        "fsdp_gather": gather,
+        "total": saved + block + logits + gather,
+    }
+
+
+def rollout_bytes(cfg, mesh: dict[str, int], w: Workload, compute_bytes: int) -> dict:
+    """Per-device KV cache of the decode rows plus the largest prefill temporary."""
+    tp, rows_axes = mesh["tensor"], mesh["data"] * mesh["fsdp"]
+    prompts = -(-w.rollout_prompts // rows_axes)
+    rows = -(-w.rollout_prompts * w.group // rows_axes)
+    kv_per_token = cfg.n_layers * 2 * (cfg.n_kv_heads // tp) * cfg.head_dim * compute_bytes
+    kv = rows * (w.prompt + w.response) * kv_per_token
+    # Prefill without gradients: float32 scores and bf16 probabilities of one layer.
+    prefill = prompts * (cfg.n_heads // tp) * w.prompt**2 * 6
+    return {"kv_cache": kv, "prefill_attention": prefill, "total": kv + prefill}
+
+
+def estimate(size: str, setup: str, w: Workload = Workload(), margin: float = 0.1) -> dict:
+    """Per-device bytes of every component, the total and the verdict for one setup.
+
+    Args:
+      size: a key of `memr1.models.config.SIZES`.
+      setup: a key of `SETUPS` (mesh data x fsdp x tensor and device capacity).
+    Returns:
+      A dict of byte counts (see the module docstring for how they add up), `total`,
+      `capacity`, `fits` ("yes" / "tight" / "no") and any mesh divisibility problems.
+    """
+    spec = SETUPS[setup]
+    mesh = dict(zip(("data", "fsdp", "tensor"), spec["mesh"], strict=True))
+    cfg, params, opt = abstract_state(size, w.param_dtype)
+    p_bytes, problems = shard_bytes(mesh, params)
+    o_bytes, _ = shard_bytes(mesh, opt)
+    p_item = 4 if w.param_dtype == "float32" else 2
+    c_item = 4 if w.compute_dtype == "float32" else 2
+    elems = p_bytes // p_item  # parameter elements held by this device
+    # The compute copy exists only when the storage and compute dtypes differ.
+    compute_copy = elems * c_item if w.param_dtype != w.compute_dtype else 0
+    reference = elems * 2 if w.kl_beta > 0 else 0
+    partner = p_bytes if w.stage == "manager" else 0
+    grads = elems * p_item
+    accum = elems * 4 if w.grad_accum else 0  # accumulated in float32 whatever the dtype
+    act = activation_bytes(cfg, mesh, w, c_item)
+    roll = rollout_bytes(cfg, mesh, w, c_item)
+    resident = p_bytes + o_bytes + compute_copy + reference + partner
+    update = grads + accum + act["total"]
+    total = resident + max(update, roll["total"])
+    capacity = spec["capacity"]
+    fits = "yes" if total <= (1 - margin) * capacity else ("tight" if total <= capacity else "no")
+    return {
+        "size": size,
+        "setup": setup,
+        "devices": spec["devices"],
+        "mesh": spec["mesh"],
+        "params_per_device": elems,
+        "params": p_bytes,
+        "adamw": o_bytes,
+        "compute_copy": compute_copy,
+        "reference": reference,
+        "answer_agent": partner,
+        "grads": grads,
+        "grad_accum": accum,
+        "activations": act,
+        "rollout": roll,
+        "resident": resident,
+        "update": update,
+        "total": total,
+        "capacity": capacity,
+        "fits": fits,
+        "mesh_problems": problems,
+        "workload": dataclasses.asdict(w),
+    }
+
+
+def format_table(rows: list[dict]) -> str:
+    cols = ("size", "setup", "params", "adamw", "bf16", "ref", "agent", "grads", "accum", "act")
+    cols += ("rollout", "total", "device", "fits")
+    lines = [cols]
+    for r in rows:
+        gib = lambda n: f"{n / GIB:.1f}"
+        lines.append(
+            (
+                r["size"],
+                r["setup"],
+                gib(r["params"]),
+                gib(r["adamw"]),
+                gib(r["compute_copy"]),
+                gib(r["reference"]),
+                gib(r["answer_agent"]),
+                gib(r["grads"]),
+                gib(r["grad_accum"]),
+                gib(r["activations"]["total"]),
+                gib(r["rollout"]["total"]),
+                gib(r["total"]),
+                gib(r["capacity"]),
+                r["fits"] + (" (mesh!)" if r["mesh_problems"] else ""),
+            )
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(cols))]
+    cell = lambda i, c: c.ljust(widths[i]) if i < 2 else c.rjust(widths[i])
+    return "\n".join("  ".join(cell(i, c) for i, c in enumerate(line)) for line in lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from memr1.models.config import SIZES
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--size", action="append", choices=list(SIZES), help="default: all")
+    p.add_argument("--setup", action="append", choices=list(SETUPS), help="default: all")
+    p.add_argument("--rows-per-device", type=int, default=Workload.rows_per_device)
+    p.add_argument("--prompt", type=int, default=Workload.prompt)
+    p.add_argument("--response", type=int, default=Workload.response)
+    p.add_argument("--rollout-prompts", type=int, default=Workload.rollout_prompts)
+    p.add_argument("--group", type=int, default=Workload.group)
+    p.add_argument("--kl-beta", type=float, default=Workload.kl_beta)
+    p.add_argument("--grad-accum", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--param-dtype", default="float32", choices=("float32", "bfloat16"))
+    p.add_argument("--stage", default="manager", choices=("manager", "answer"))
+    p.add_argument("--margin", type=float, default=0.1, help="share of the device kept free")
+    p.add_argument("--json", type=Path, help="also write every row as JSON")
+    args = p.parse_args(argv)
+    w = Workload(
+        rows_per_device=args.rows_per_device,
+        prompt=args.prompt,
+        response=args.response,
+        rollout_prompts=args.rollout_prompts,
+        group=args.group,
+        kl_beta=args.kl_beta,
+        grad_accum=args.grad_accum,
+        param_dtype=args.param_dtype,
+        stage=args.stage,
+    )
+    rows = [
+        estimate(size, setup, w, args.margin)
+        for size in args.size or list(SIZES)
+        for setup in args.setup or DEFAULT_SETUPS
+    ]
+    print(
+        f"per device, GiB | {w.rows_per_device} rows x {w.prompt + w.response} tokens per "
+        f"micro-batch, rollout {w.rollout_prompts} prompts x G={w.group}, "
+        f"{w.param_dtype} master, KL beta {w.kl_beta}, grad accumulation {w.grad_accum}, "
+        f"{w.stage} stage"
+    )
+    print(format_table(rows))
+    print("total = params + adamw + bf16 + ref + agent + max(grads + accum + act, rollout)")
+    if args.json:
+        # Written under a temporary name and renamed, so a reader never sees half a file.
+        tmp = args.json.with_name(f".{args.json.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(rows, indent=1) + "\n")
+        tmp.replace(args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
