@@ -120,6 +120,9 @@ def _parse_json(text: str, path: str | os.PathLike) -> Any:
         raise DataError(
             path, WHOLE_FILE, f"line {err.lineno} column {err.colno}", f"invalid JSON: {err.msg}"
         ) from err
+    except RecursionError as err:
+        # Python's decoder recurses once per nesting level; no dataset nests anywhere near this.
+        raise DataError(path, WHOLE_FILE, "<top level>", "JSON nested too deeply") from err
 
 
 def read_json(path: str | os.PathLike) -> Any:
@@ -146,6 +149,8 @@ def read_json_records(path: str | os.PathLike) -> list[Any]:
             raise DataError(
                 path, f"line {lineno}", f"column {err.colno}", f"invalid JSON: {err.msg}"
             ) from err
+        except RecursionError as err:
+            raise DataError(path, f"line {lineno}", "<record>", "JSON nested too deeply") from err
     return records
 
 

@@ -212,7 +212,19 @@ def parse_locomo_record(
         conv, prefix = record, ""
     speaker_a = where.get(conv, "speaker_a", str, f"{prefix}speaker_a")
     speaker_b = where.get(conv, "speaker_b", str, f"{prefix}speaker_b")
+    # Each speaker owns the memories of their own turns; two equal names, or a turn by a third
+    # person, would leave some turn without a well-defined owner.
+    if speaker_b == speaker_a:
+        raise where.error(f"{prefix}speaker_b", f"same name as speaker_a ({speaker_a!r})")
     sessions = _parse_sessions(conv, where, prefix)
+    for session in sessions:
+        for turn in session.turns:
+            if turn.speaker not in (speaker_a, speaker_b):
+                raise where.error(
+                    f"{prefix}session_{session.index}[{turn.index - 1}].speaker",
+                    f"{turn.speaker!r} is neither speaker_a ({speaker_a!r}) nor speaker_b "
+                    f"({speaker_b!r})",
+                )
     qa = _parse_qa(where.get(record, "qa", list), where)
     observation = (
         _parse_observation(record["observation"], where) if "observation" in record else ()

@@ -15,10 +15,13 @@ from memr1.data.longmemeval import load_longmemeval
 from memr1.data.msc import load_msc
 from memr1.data.records import Conversation
 from memr1.data.split import parse_ratios, split_conversations
+from memr1.memory.bank import OVERFLOW_POLICIES
 from memr1.pipeline.answer import AnswerConfig
+from memr1.pipeline.facts import FACT_SOURCES
 from memr1.pipeline.ingest import IngestConfig
 from memr1.pipeline.memory_store import BankSpec
 from memr1.pipeline.policy import SamplingConfig
+from memr1.retrieval import BACKENDS
 
 LOADERS = {
     "locomo": load_locomo,
@@ -64,6 +67,31 @@ def load_gold_ops(path: str | None) -> dict | None:
     if not isinstance(gold, dict) or "conversations" not in gold:
         raise DataError(str(path), WHOLE_FILE, "conversations", "not a synthloco gold_ops file")
     return gold
+
+
+def check_memory_config(memory: Any) -> None:
+    """Refuses memory settings that cannot work, naming the field, before anything is loaded.
+
+    Without this a zero or negative capacity would surface only when the first bank is built,
+    after the backbone and the sentence encoder have been loaded.
+    """
+    for name, low in [
+        ("capacity", 1),
+        ("text_bytes", 1),
+        ("log_capacity", 0),
+        ("k_per_fact", 1),
+        ("k_per_speaker", 1),
+    ]:
+        value = memory[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"config memory.{name}={value!r}: must be an integer >= {low}")
+    for name, allowed in [
+        ("overflow", OVERFLOW_POLICIES),
+        ("retriever", tuple(sorted(BACKENDS))),
+        ("fact_source", FACT_SOURCES),
+    ]:
+        if memory[name] not in allowed:
+            raise ValueError(f"config memory.{name}={memory[name]!r}: expected one of {allowed}")
 
 
 def bank_spec(memory: Any) -> BankSpec:

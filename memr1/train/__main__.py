@@ -15,6 +15,10 @@ The partner agent is frozen while one trains (the paper's choice): the manager s
 comes from the Answer Agent of --answer_checkpoint (the backbone's own weights if unset).
 Checkpoints (Orbax) go to WORKDIR/checkpoints and resume automatically; metrics to WORKDIR/logs
 (TensorBoard + metrics.jsonl).
+
+Exit status: 0 done; 2 bad input or settings (refused before any model is loaded where the
+settings alone show it: loop sizes, the mesh against the model's shapes, memory sizes); 3 stopped
+by the NaN/inf guard under train.on_nonfinite=stop (the last checkpoint predates the bad step).
 """
 
 from __future__ import annotations
@@ -26,11 +30,15 @@ from pathlib import Path
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from memr1.models import config as model_config
+from memr1.models.hf_io import config_from_hf
+from memr1.models.tokenizer import load_tokenizer
 from memr1.pipeline import load
 from memr1.pipeline.policy import SamplingConfig
+from memr1.pipeline.setup import check_memory_config
 from memr1.train import grpo, loop, mesh, ppo, rollout, sft, state
 from memr1.train.checkpoint import Checkpointer, restore_params
-from memr1.train.metrics_log import MetricsWriter
+from memr1.train.metrics_log import MetricsWriter, NonFiniteError
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/memr1.py", "Experiment config.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, logs).")
@@ -41,6 +49,26 @@ _INIT = flags.DEFINE_string("init_checkpoint", None, "Start from this run's poli
 _ANSWER = flags.DEFINE_string(
     "answer_checkpoint", None, "Frozen Answer Agent for the manager stage's reward."
 )
+_INJECT = flags.DEFINE_string(
+    "inject_nonfinite",
+    None,
+    "Fault drills only: STEP[:loss|grads],... poisons these steps with a NaN loss (default) or "
+    "inf gradients inside the real update, to exercise the NaN/inf guard.",
+)
+
+
+def parse_faults(text: str | None) -> tuple[tuple[int, str], ...]:
+    """Parses the flag: "3,7:grads" gives ((3, "loss"), (7, "grads"))."""
+    out = []
+    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+        step, _, kind = item.partition(":")
+        try:
+            out.append((int(step), kind.strip() or "loss"))
+        except ValueError as err:
+            raise ValueError(
+                f"--inject_nonfinite item {item!r}: expected STEP[:loss|grads]"
+            ) from err
+    return tuple(out)
 
 
 def read_sft_pairs(path: str, policy) -> list[tuple[list[int], list[int]]]:
@@ -62,10 +90,52 @@ def read_sft_pairs(path: str, policy) -> list[tuple[list[int], list[int]]]:
     return pairs
 
 
-def train(config, *, workdir, hf_dir, tuples, sft_data, init_checkpoint, answer_checkpoint):
+def _model_shapes(config, hf_dir: str | None) -> model_config.ModelConfig:
+    """The backbone's shapes without its weights (the checkpoint's config.json, or the size table
+    widened to the tokenizer as `load.load_backbone` does), for checks before anything loads."""
+    if hf_dir:
+        return config_from_hf(hf_dir)
+    cfg = model_config.get_size(config.model.size)
+    if config.tokenizer_dir and Path(config.tokenizer_dir).is_dir():
+        vocab = len(load_tokenizer(config.tokenizer_dir))
+        cfg = cfg.replace(vocab_size=max(cfg.vocab_size, vocab))
+    return cfg
+
+
+def train(
+    config,
+    *,
+    workdir,
+    hf_dir,
+    tuples,
+    sft_data,
+    init_checkpoint,
+    answer_checkpoint,
+    inject_nonfinite=(),
+):
     # -- setup ------------------------------------------------------------------------------
     mesh.maybe_initialize_distributed()
     t = config.train
+    # Settings that cannot work are refused here, before a model is loaded or compiled.
+    loop_cfg = loop.LoopConfig(
+        steps=t.steps,
+        batch_size=t.batch_size,
+        group_size=t.group_size,
+        checkpoint_every=t.checkpoint_every,
+        seed=config.seed,
+        on_nonfinite=t.on_nonfinite,
+        desc=f"{config.stage}/{config.algo}",
+        inject_nonfinite=tuple(inject_nonfinite),
+    )
+    if isinstance(t.keep, bool) or not isinstance(t.keep, int) or t.keep < 1:
+        raise ValueError(f"config train.keep={t.keep!r}: must be an integer >= 1")
+    if config.algo == "sft" and not sft_data:
+        raise ValueError("algo=sft needs --sft_data (JSONL of {messages, target})")
+    if config.algo != "sft" and not tuples:
+        raise ValueError(f"algo={config.algo} needs --tuples (python -m memr1.data.tuples)")
+    if config.algo != "sft" and config.stage == "manager":
+        check_memory_config(config.memory)
+    mesh.mesh_from_config(config.mesh, [_model_shapes(config, hf_dir or config.hf_dir)])
     backbone = load.load_backbone(
         hf_dir=hf_dir or config.hf_dir,
         size=config.model.size,
@@ -96,23 +166,12 @@ def train(config, *, workdir, hf_dir, tuples, sft_data, init_checkpoint, answer_
         name=config.stage,
     )
     workdir = Path(workdir)
-    loop_cfg = loop.LoopConfig(
-        steps=t.steps,
-        batch_size=t.batch_size,
-        group_size=t.group_size,
-        checkpoint_every=t.checkpoint_every,
-        seed=config.seed,
-        on_nonfinite=t.on_nonfinite,
-        desc=f"{config.stage}/{config.algo}",
-    )
     with (
         Checkpointer(workdir / "checkpoints", keep=t.keep) as ckpt,
         MetricsWriter(workdir / "logs") as writer,
     ):
         # -- SFT --------------------------------------------------------------------------------
         if config.algo == "sft":
-            if not sft_data:
-                raise ValueError("algo=sft needs --sft_data (JSONL of {messages, target})")
             pairs = read_sft_pairs(sft_data, policy)
             step_fn = sft.make_sft_step(setup, sft.SFTConfig(n_micro=t.n_micro))
             return loop.run_sft(
@@ -127,8 +186,6 @@ def train(config, *, workdir, hf_dir, tuples, sft_data, init_checkpoint, answer_
                 writer=writer,
             )
         # -- RL data and rollout ---------------------------------------------------------------
-        if not tuples:
-            raise ValueError(f"algo={config.algo} needs --tuples (python -m memr1.data.tuples)")
         from memr1.data.tuples.io import read_tuples
 
         sampling = SamplingConfig(temperature=t.temperature, max_new_tokens=t.max_new_tokens)
@@ -224,7 +281,20 @@ def main(argv):
             sft_data=_SFT_DATA.value,
             init_checkpoint=_INIT.value,
             answer_checkpoint=_ANSWER.value,
+            inject_nonfinite=parse_faults(_INJECT.value),
         )
+    except NonFiniteError as err:
+        with Checkpointer(Path(_WORKDIR.value) / "checkpoints") as ckpt:
+            last = ckpt.latest_step()
+        kept = (
+            "no checkpoint was written" if last is None else f"the last checkpoint is step {last}"
+        )
+        print(
+            f"memr1.train: stopped: {err} (train.on_nonfinite=stop); {kept} in "
+            f"{_WORKDIR.value}/checkpoints, and the refused step is in logs/metrics.jsonl",
+            file=sys.stderr,
+        )
+        sys.exit(3)
     except (ValueError, FileNotFoundError) as err:
         print(f"memr1.train: error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -2,7 +2,9 @@
 
 Plain code with sections (data / rollout / update / log / checkpoint) rather than a Trainer.
 Which examples a step sees is a pure function of (seed, step), so a run killed at any moment and
-resumed from its last checkpoint replays exactly the steps it had not saved.
+resumed from its last checkpoint replays exactly the steps it had not saved. Its metrics.jsonl
+then reads as if it had never stopped: every metric of a checkpointed step is written before the
+checkpoint, and a resumed run first drops the records of the steps it is about to replay.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from memr1.train.checkpoint import Checkpointer
 from memr1.train.metrics_log import LaggedMetrics, MetricsWriter, check_finite, progress
 from memr1.train.sft import sft_batch
 from memr1.train.state import TrainSetup, TrainState, step_key
-from memr1.train.update import shard_batch
+from memr1.train.update import FAULT_FIELD, shard_batch
+
+# What `LoopConfig.inject_nonfinite` does to a step: (loss scale, gradient scale).
+FAULTS = {"loss": (float("nan"), 1.0), "grads": (1.0, float("inf"))}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +36,24 @@ class LoopConfig:
     seed: int = 0
     on_nonfinite: str = "skip"  # "skip" the refused update, or "stop" the run
     desc: str = "train"
+    # Fault drills only: (step, "loss" | "grads") pairs whose loss becomes NaN or whose
+    # gradients become inf inside the real update step, to exercise the NaN/inf guard.
+    inject_nonfinite: tuple[tuple[int, str], ...] = ()
+
+    def __post_init__(self):
+        # Checked here so that a bad setting fails before any model is loaded or compiled.
+        for name in ("steps", "batch_size", "group_size", "checkpoint_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or int(value) != value or value < 1:
+                raise ValueError(f"train.{name}={value!r}: must be an integer >= 1")
+        if self.on_nonfinite not in ("skip", "stop"):
+            raise ValueError(f"train.on_nonfinite={self.on_nonfinite!r}: expected 'skip' or 'stop'")
+        for step, kind in self.inject_nonfinite:
+            if kind not in FAULTS or int(step) < 0:
+                raise ValueError(
+                    f"inject_nonfinite ({step!r}, {kind!r}): expected (step >= 0, one of "
+                    f"{sorted(FAULTS)})"
+                )
 
 
 def batch_indices(n: int, batch: int, step: int, seed: int) -> np.ndarray:
@@ -57,15 +80,38 @@ def resume(checkpointer: Checkpointer | None, setup: TrainSetup, state: TrainSta
     return restored_state, int(position["next_step"])
 
 
+def with_faults(batch: dict[str, Any], step: int, cfg: LoopConfig) -> dict[str, Any]:
+    """The host batch, plus the fault field when `cfg.inject_nonfinite` poisons `step`."""
+    kinds = [kind for s, kind in cfg.inject_nonfinite if int(s) == step]
+    if not kinds:
+        return batch
+    rows = len(next(iter(batch.values())))
+    scale = np.ones((rows, 2), np.float32)
+    for kind in kinds:
+        scale *= np.asarray(FAULTS[kind], np.float32)
+    return {**batch, FAULT_FIELD: scale}
+
+
+def _log(ready, writer, bar, cfg) -> None:
+    # Written before the check, so that a run stopped by a refused update has that step logged.
+    if writer is not None:
+        writer.write(*ready)
+    bar.set_postfix({k: f"{v:.3g}" for k, v in ready[1].items() if k in _SHOWN})
+    check_finite(*ready, on_nonfinite=cfg.on_nonfinite)
+
+
 def _finish_step(step, metrics, lag, writer, bar, cfg, checkpointer, state) -> None:
     ready = lag.push(step, metrics)
     if ready is not None:
-        check_finite(*ready, on_nonfinite=cfg.on_nonfinite)
-        if writer is not None:
-            writer.write(*ready)
-        bar.set_postfix({k: f"{v:.3g}" for k, v in ready[1].items() if k in _SHOWN})
+        _log(ready, writer, bar, cfg)
     done = step + 1
     if checkpointer is not None and (done % cfg.checkpoint_every == 0 or done == cfg.steps):
+        # The save waits for this step's state anyway, so reading its metrics now costs no
+        # device time. It makes every step a checkpoint covers logged (and NaN-checked) before
+        # the checkpoint exists: a refused update under "stop" is never saved.
+        ready = lag.flush()
+        if ready is not None:
+            _log(ready, writer, bar, cfg)
         checkpointer.save(done, state, {"next_step": done})
 
 
@@ -86,16 +132,19 @@ def run_sft(
 ) -> TrainState:
     """SFT over (prompt ids, target ids) pairs for `cfg.steps` steps."""
     state, start = resume(checkpointer, setup, state)
+    if writer is not None:
+        writer.drop_from(start)
     lag = LaggedMetrics()
     bar = progress(range(start, cfg.steps), total=cfg.steps, initial=start, desc=cfg.desc)
     for step in bar:
         # -- data ---------------------------------------------------------------------------
         idx = batch_indices(len(pairs), cfg.batch_size, step, cfg.seed)
         batch = sft_batch([pairs[i][0] for i in idx], [pairs[i][1] for i in idx], length, pad_id)
+        batch = with_faults(batch, step, cfg)
         # -- update -------------------------------------------------------------------------
         state, metrics = step_fn(state, shard_batch(setup, batch))
         _finish_step(step, metrics, lag, writer, bar, cfg, checkpointer, state)
-    _flush(lag, writer, cfg)
+    _flush(lag, writer, bar, cfg)
     return state
 
 
@@ -113,8 +162,8 @@ def make_rl_update(
     if algo == "grpo":
         grpo_cfg = grpo_cfg or grpo.GRPOConfig()
         step = with_ref(grpo.make_grpo_step(setup, grpo_cfg), grpo_cfg.kl_beta)
-        fields = grpo.FIELDS + ("old_logp", "sampler_logp")
-        return lambda s, b: step(s, shard_batch(setup, {k: b[k] for k in fields}))
+        fields = grpo.FIELDS + ("old_logp", "sampler_logp", FAULT_FIELD)
+        return lambda s, b: step(s, shard_batch(setup, {k: b[k] for k in fields if k in b}))
     if algo == "ppo":
         ppo_cfg = ppo_cfg or ppo.PPOConfig()
         prepare = ppo.make_ppo_prepare(setup, ppo_cfg)
@@ -123,6 +172,8 @@ def make_rl_update(
 
         def update(s, b):
             prepared, prep_metrics = prepare(s, shard_batch(setup, {k: b[k] for k in fields}))
+            if FAULT_FIELD in b:
+                prepared = {**prepared, **shard_batch(setup, {FAULT_FIELD: b[FAULT_FIELD]})}
             s, metrics = step(s, prepared)
             return s, {**prep_metrics, **metrics}
 
@@ -149,6 +200,8 @@ def run_rl(
     `make_rl_update`.
     """
     state, start = resume(checkpointer, setup, state)
+    if writer is not None:
+        writer.drop_from(start)
     lag = LaggedMetrics()
     bar = progress(range(start, cfg.steps), total=cfg.steps, initial=start, desc=cfg.desc)
     for step in bar:
@@ -161,16 +214,14 @@ def run_rl(
             groups, rewards, response_width=response_width, pad_id=pad_id
         )
         # -- update -------------------------------------------------------------------------
-        state, metrics = update(state, batch)
+        state, metrics = update(state, with_faults(batch, step, cfg))
         metrics = {**metrics, **rstats, **gstats}
         _finish_step(step, metrics, lag, writer, bar, cfg, checkpointer, state)
-    _flush(lag, writer, cfg)
+    _flush(lag, writer, bar, cfg)
     return state
 
 
-def _flush(lag: LaggedMetrics, writer: MetricsWriter | None, cfg: LoopConfig) -> None:
+def _flush(lag: LaggedMetrics, writer: MetricsWriter | None, bar, cfg: LoopConfig) -> None:
     ready = lag.flush()
     if ready is not None:
-        check_finite(*ready, on_nonfinite=cfg.on_nonfinite)
-        if writer is not None:
-            writer.write(*ready)
+        _log(ready, writer, bar, cfg)

@@ -85,8 +85,39 @@ class MetricsWriter:
     def __init__(self, logdir: str | os.PathLike, *, tensorboard: bool = True):
         self.logdir = os.fspath(logdir)
         os.makedirs(self.logdir, exist_ok=True)
-        self._jsonl = open(os.path.join(self.logdir, "metrics.jsonl"), "a", encoding="utf-8")
+        self._path = os.path.join(self.logdir, "metrics.jsonl")
+        self._jsonl = open(self._path, "a", encoding="utf-8")
         self._tb = SummaryWriter(self.logdir) if tensorboard else None
+
+    def drop_from(self, step: int) -> int:
+        """Removes the JSONL records of steps >= `step`; returns how many lines went.
+
+        A resumed run calls this with its first step: the records a killed process wrote after
+        its last checkpoint are about to be written again, and a process killed mid-write can
+        leave a torn last line, which is dropped too. The file is replaced atomically, so a kill
+        during the rewrite leaves either the old or the new file.
+        """
+        self._jsonl.close()
+        kept, dropped = [], 0
+        with open(self._path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    keep = line.endswith("\n") and int(json.loads(line)["step"]) < step
+                except (ValueError, KeyError, TypeError):
+                    keep = False
+                if keep:
+                    kept.append(line)
+                else:
+                    dropped += 1
+        if dropped:
+            tmp = f"{self._path}.tmp-{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.writelines(kept)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self._path)
+        self._jsonl = open(self._path, "a", encoding="utf-8")
+        return dropped
 
     def write(self, step: int, metrics: Mapping[str, float], prefix: str = "train") -> None:
         record = {"step": int(step)}

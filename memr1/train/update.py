@@ -12,6 +12,11 @@ functions. The NaN/inf guard: if the loss or the gradient norm is not finite, th
 optimiser state are replaced by the old ones with `jnp.where` (so a poisoned step leaves the
 weights bitwise unchanged), `update_refused` is 1 in the metrics and the state's `n_refused`
 counter grows. The host loop decides from those whether to skip on or stop.
+
+Fault drills exercise that guard through the real step: a batch may carry the extra field
+`FAULT_FIELD` ([B, 2] float32), whose first row scales the loss (column 0) and the gradients
+(column 1), e.g. by NaN or inf (see `memr1.train.loop.LoopConfig.inject_nonfinite`). Ordinary
+batches do not have the field, so their compiled program is unchanged.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from memr1.train.state import (
 )
 
 Batch = Mapping[str, jax.Array]
+FAULT_FIELD = "fault_scale"  # see the module docstring: drills only
 
 
 def batch_sharding(setup: TrainSetup) -> NamedSharding:
@@ -173,10 +179,15 @@ def make_step(
     def step(state: TrainState, batch: Batch, ref_params=None):
         with use_mesh(setup.mesh, setup.rules):
             check_batch(batch, required, n_micro, divisor, name)
+            fault = batch.get(FAULT_FIELD)
+            batch = {k: v for k, v in batch.items() if k != FAULT_FIELD}
             trainable, frozen = split_trainable(state.params, setup.trainable)
             diff = (trainable, state.critic_params) if with_critic else (trainable,)
             loss_fn, metrics = loss_factory(batch, frozen, ref_params)
             loss, grads, micro_metrics = accumulate(setup, loss_fn, diff, to_micro(batch, n_micro))
+            if fault is not None:
+                loss = loss * fault[0, 0]
+                grads = jax.tree.map(lambda g: g * fault[0, 1].astype(g.dtype), grads)
             if grads_only:
                 return loss, grads, {**metrics, **micro_metrics}
             ok = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(grads))
