@@ -33,7 +33,7 @@ test: lint
 	JAX_PLATFORMS=cpu $(VENV)/bin/pytest -n 2 --dist loadfile -q $(PYTEST_ARGS)
 
 demo: install
-	JAX_PLATFORMS=cpu $(PY) -m memr1.demo --seeds $(SEEDS)
+	JAX_PLATFORMS=cpu $(PY) -m memr1.quickstart
 
 clean:
 	rm -rf $(VENV) work .pytest_cache
