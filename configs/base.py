@@ -155,6 +155,9 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
     `batch_size` counts states (prompts) per step; GRPO samples `group_size` outputs for each.
     `max_new_tokens` bounds each rollout (paper: 2048 response tokens). For the manager stage
     the frozen Answer Agent answers greedily with `answer_max_new_tokens`.
+    LoRA (`memr1.train.lora`, through qwix): `lora_rank` > 0 trains only rank-r adapters on the
+    weights of the modules matching `lora_module_path` (a regex over paths like
+    `layers/0/attn`), scaled by `lora_alpha / lora_rank`; 0 trains every weight (the paper).
     """
     return ml_collections.ConfigDict(
         {
@@ -177,5 +180,8 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
             "keep": 3,
             "on_nonfinite": "skip",
             "only_turns_with_qa": True,
+            "lora_rank": 0,
+            "lora_alpha": 16.0,
+            "lora_module_path": ".*attn|.*mlp",
         }
     )

@@ -28,6 +28,7 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 
+from memr1.train import lora
 from memr1.train.state import TrainState
 
 COMMIT_MARKER = "commit_success.txt"  # written by Orbax as the last file of a step
@@ -36,8 +37,18 @@ COMMIT_MARKER = "commit_success.txt"  # written by Orbax as the last file of a s
 class Checkpointer:
     """Keeps the last `keep` checkpoints of a run directory and restores the latest one."""
 
-    def __init__(self, directory: str | os.PathLike, *, keep: int = 3, async_save: bool = False):
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        *,
+        keep: int = 3,
+        async_save: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+    ):
+        """`metadata`: JSON-serialisable settings saved with every step (e.g. the LoRA rank and
+        alpha, which a reader needs to merge the adapters); see `step_metadata`."""
         self.directory = os.path.abspath(os.fspath(directory))
+        self._metadata = dict(metadata) if metadata else None
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep,
             enable_async_checkpointing=async_save,
@@ -58,7 +69,7 @@ class Checkpointer:
             state=ocp.args.PyTreeSave(state),
             data=ocp.args.JsonSave(dict(data_position)),
         )
-        return self._manager.save(int(step), args=args, force=force)
+        return self._manager.save(int(step), args=args, force=force, custom_metadata=self._metadata)
 
     def all_steps(self) -> list[int]:
         """Finalised steps, oldest first (temporary or marker-less step directories excluded)."""
@@ -72,6 +83,21 @@ class Checkpointer:
 
     def _commit_marker(self, step: int) -> str:
         return os.path.join(self.directory, str(step), COMMIT_MARKER)
+
+    def step_metadata(self, step: int) -> dict[str, Any]:
+        """The custom metadata saved with `step` ({} when none was)."""
+        return dict(self._manager.metadata(int(step)).custom_metadata or {})
+
+    def param_metadata(self, step: int) -> dict[tuple[str, ...], Any]:
+        """Shape and dtype metadata of each policy parameter saved in `step`, keyed by its path
+        (strings, e.g. ("layers", "0", "attn", "wq")); read from the step, no arrays loaded."""
+        step_dir = os.path.join(self.directory, str(int(step)), "state")
+        tree = ocp.PyTreeCheckpointer().metadata(step_dir).item_metadata
+        out = {}
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree["params"])[0]:
+            names = tuple(str(getattr(k, "key", k)) for k in path)
+            out[names[:-1] if names[-1] == "value" else names] = leaf
+        return out
 
     def restore(
         self, step: int, abstract_state: TrainState, shardings: TrainState | None = None
@@ -161,6 +187,9 @@ def restore_params(directory: str | os.PathLike, params_like: Any) -> Any:
     """The policy parameters of the latest checkpoint in `directory`, shaped and placed like
     `params_like` (arrays or ShapeDtypeStructs carrying shardings), e.g. for evaluation.
 
+    A checkpoint of a LoRA run (`memr1.train.lora`) is returned merged: its adapters are folded
+    into the base weights (W + alpha/rank·A·B), so `params_like` is the plain model's state.
+
     Raises FileNotFoundError (naming the directory) when it does not exist or holds no finalised
     checkpoint; an existing directory is never created or modified.
     """
@@ -168,4 +197,49 @@ def restore_params(directory: str | os.PathLike, params_like: Any) -> Any:
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"{directory}: checkpoint directory does not exist")
     with Checkpointer(directory) as ckpt:
-        return ckpt.restore_params(params_like)
+        step = ckpt.latest_step()
+        if step is None:
+            raise FileNotFoundError(f"{directory}: no finalised checkpoint to restore")
+        saved = ckpt.param_metadata(step)
+        adapters = [p for p in saved if lora.is_lora_path(p)]
+        if not adapters:
+            return ckpt.restore_params(params_like, step=step)
+        settings = ckpt.step_metadata(step).get(lora.METADATA_KEY)
+        if not settings:
+            raise ValueError(
+                f"{directory}/{step}: the checkpoint holds LoRA adapters (e.g. "
+                f"{'/'.join(adapters[0])}) but no LoRA settings in its metadata, so alpha/rank "
+                "is unknown and they cannot be merged"
+            )
+        target = _with_adapter_targets(params_like, saved, adapters, f"{directory}/{step}")
+        full = ckpt.restore_params(target, step=step)
+    cfg = lora.LoraConfig(**settings)
+    out = jax.tree.map(lambda x: x.sharding, _abstract(params_like))
+    return lora.merge_jit(full, cfg.scale, out_shardings=out)
+
+
+def _abstract(tree: Any) -> Any:
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
+
+
+def _with_adapter_targets(params_like: Any, saved: dict, adapters: list, where: str) -> Any:
+    """`params_like` (as ShapeDtypeStructs) plus restore targets for the saved adapters, each
+    replicated over the devices of its base weight (adapters are small)."""
+    from flax import nnx
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    flat = dict(nnx.to_flat_state(_abstract(params_like)))
+    by_name = {tuple(map(str, path)): (path, var) for path, var in flat.items()}
+    out = list(flat.items())
+    for names in adapters:
+        base = by_name.get(names[:-1] + (lora._base_name(names),))
+        if base is None:
+            raise ValueError(f"{where}: adapter {'/'.join(names)} has no base weight in the model")
+        path, var = base
+        sharding = var.get_value().sharding
+        if isinstance(sharding, NamedSharding):
+            sharding = NamedSharding(sharding.mesh, PartitionSpec())
+        leaf = saved[names]
+        value = jax.ShapeDtypeStruct(tuple(leaf.shape), leaf.dtype, sharding=sharding)
+        out.append((path[:-1] + (names[-1],), nnx.LoRAParam(value)))
+    return nnx.from_flat_state(out)

@@ -191,6 +191,33 @@ def check_divisible(abstract: Any, shardings: Any) -> None:
         )
 
 
+def _with_added(
+    params: nnx.State, module_fn: Callable[[], nnx.Module], abstract: nnx.State, shardings: Any
+) -> nnx.State:
+    """`params` plus the parameters of `module_fn`'s model that it lacks, initialised sharded.
+
+    Raises a ValueError when `params` holds a parameter the model does not have.
+    """
+    have = {path for path, _ in nnx.to_flat_state(params)}
+    want = [path for path, _ in nnx.to_flat_state(abstract)]
+    extra = sorted(map(str, have - set(want)))
+    if extra:
+        raise ValueError(f"the start parameters hold entries the model lacks: {extra[:4]}")
+    missing = [path for path in want if path not in have]
+    if not missing:
+        return params
+    flat_shardings = dict(nnx.to_flat_state(shardings))
+
+    def init_missing():
+        flat = dict(nnx.to_flat_state(nnx.split(module_fn())[1]))
+        return nnx.from_flat_state([(path, flat[path]) for path in missing])
+
+    # Only the missing leaves are outputs: XLA drops the rest of the random initialisation.
+    out = nnx.from_flat_state([(path, flat_shardings[path]) for path in missing])
+    added = jax.jit(init_missing, out_shardings=out)()
+    return nnx.merge_state(params, added)
+
+
 def _init_part(
     mesh: Mesh,
     module_fn: Callable[[], nnx.Module],
@@ -215,8 +242,10 @@ def _init_part(
     if params is None:
         params = jax.jit(lambda: nnx.split(module_fn())[1], out_shardings=p_shard)()
     else:
-        # Host (or differently placed) weights, e.g. from an HF checkpoint: place each shard.
-        params = jax.device_put(params, p_shard)
+        # Host (or differently placed) weights, e.g. from an HF checkpoint: place each shard
+        # (arrays already placed so are not copied). Parameters that `module_fn` adds on top of
+        # them (LoRA adapters) are initialised by it, straight into their shards.
+        params = jax.device_put(_with_added(params, module_fn, abstract_params, p_shard), p_shard)
     opt_state = jax.jit(init_opt, out_shardings=o_shard)(params)
     return graphdef, (params, opt_state), (p_shard, o_shard), abstract
 
@@ -245,7 +274,8 @@ def create_train_state(
       seed: seeds the random initialisation and the state's base RNG key.
       params: weights to start from (e.g. an HF checkpoint); random initialisation if None.
       module_fn: builds the policy module (default `Transformer(model_cfg)`); a LoRA-adapted
-        model plugs in here together with `trainable=nnx.LoRAParam`.
+        model plugs in here together with `trainable=nnx.LoRAParam` (`memr1.train.lora`).
+        `params` may then hold only the base weights: the adapters are initialised by it.
       trainable: nnx filter of the parameters the optimiser updates.
       critic_cfg: if set, a PPO value model (`memr1.train.critic.ValueModel`) is created too.
       critic_optim / critic_params: its optimiser (paper: lr 1e-5) and optional start weights.
