@@ -10,11 +10,16 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import jax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
 from memr1.models import config as model_config
 from memr1.models import transformer
 from memr1.models.hf_io import load_hf
 from memr1.models.tokenizer import load_tokenizer, special_ids
 from memr1.pipeline.policy import TextPolicy
+from memr1.sharding import logical_to_spec
 
 
 @dataclasses.dataclass
@@ -38,10 +43,17 @@ def load_backbone(
     dtype: str = "float32",
     param_dtype: str = "float32",
     seed: int = 0,
+    mesh: Mesh | None = None,
 ) -> Backbone:
-    """Loads `hf_dir` when given, else initialises `size` randomly with `tokenizer_dir`'s vocab."""
+    """Loads `hf_dir` when given, else initialises `size` randomly with `tokenizer_dir`'s vocab.
+
+    With a `mesh`, every parameter is created in its shards (by its logical axis names, see
+    `memr1.sharding`), never as a whole on one device; without, on the default device.
+    """
     if hf_dir:
-        cfg, graphdef, params = load_hf(hf_dir, dtype=dtype, param_dtype=param_dtype)
+        cfg, graphdef, params = load_hf(
+            hf_dir, dtype=dtype, param_dtype=param_dtype, shardings=mesh
+        )
         tok = load_tokenizer(hf_dir)
         special = special_ids(tok, hf_dir)
         return Backbone(cfg, graphdef, params, tok, special.eos_ids, special.pad_id, str(hf_dir))
@@ -56,7 +68,19 @@ def load_backbone(
     cfg = model_config.get_size(size, dtype=dtype, param_dtype=param_dtype)
     if len(tok) > cfg.vocab_size:
         cfg = cfg.replace(vocab_size=len(tok))
-    graphdef, params = transformer.init_model(cfg, seed=seed)
+    if mesh is None:
+        graphdef, params = transformer.init_model(cfg, seed=seed)
+    else:
+        graphdef, abstract = transformer.abstract_model(cfg)
+        specs = nnx.get_partition_spec(abstract)
+        shardings = jax.tree.map(
+            lambda spec: NamedSharding(mesh, logical_to_spec(tuple(spec))),
+            specs,
+            is_leaf=lambda x: isinstance(x, PartitionSpec),
+        )
+        params = jax.jit(
+            lambda: transformer.init_model(cfg, seed=seed)[1], out_shardings=shardings
+        )()
     source = f"random {size} (seed {seed}), tokenizer {tokenizer_dir}"
     return Backbone(cfg, graphdef, params, tok, special.eos_ids, special.pad_id, source)
 

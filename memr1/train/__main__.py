@@ -16,6 +16,11 @@ comes from the Answer Agent of --answer_checkpoint (the backbone's own weights i
 Checkpoints (Orbax) go to WORKDIR/checkpoints and resume automatically; metrics to WORKDIR/logs
 (TensorBoard + metrics.jsonl).
 
+LoRA: --config.train.lora_rank=8 (with train.lora_alpha, train.lora_module_path) trains qwix
+LoRA adapters on the policy and freezes its base weights (`memr1.train.lora`); the PPO critic is
+still trained whole. Checkpoints of a LoRA run are merged into plain weights wherever they are
+loaded as a model (--init_checkpoint, --answer_checkpoint, memr1.evaluate, tools/export_hf.py).
+
 Exit status: 0 done; 2 bad input or settings (refused before any model is loaded where the
 settings alone show it: loop sizes, the mesh against the model's shapes, memory sizes); 3 stopped
 by the NaN/inf guard under train.on_nonfinite=stop (the last checkpoint predates the bad step).
@@ -23,11 +28,16 @@ by the NaN/inf guard under train.on_nonfinite=stop (the last checkpoint predates
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
+import jax
+import jax.numpy as jnp
 from absl import app, flags, logging
+from flax import nnx
 from ml_collections import config_flags
 
 from memr1.models import config as model_config
@@ -36,7 +46,7 @@ from memr1.models.tokenizer import load_tokenizer
 from memr1.pipeline import load
 from memr1.pipeline.policy import SamplingConfig
 from memr1.pipeline.setup import check_memory_config
-from memr1.train import grpo, loop, mesh, ppo, rollout, sft, state
+from memr1.train import grpo, loop, lora, mesh, ppo, rollout, sft, state
 from memr1.train.checkpoint import Checkpointer, restore_params
 from memr1.train.metrics_log import MetricsWriter, NonFiniteError
 
@@ -102,6 +112,100 @@ def _model_shapes(config, hf_dir: str | None) -> model_config.ModelConfig:
     return cfg
 
 
+@dataclasses.dataclass
+class Models:
+    """What a run trains and samples with, every array sharded on the run's mesh.
+
+    backbone: tokenizer, special ids and shapes; its `params` are None (the weights live only in
+      `state`) and its graphdef is the policy's (with LoRA adapters when they are on).
+    setup / state: the policy's train state (`memr1.train.state`).
+    answerer: the manager stage's frozen Answer Agent (None for other runs), with
+      `answer_backbone` (the plain model's graphdef) to sample it.
+    """
+
+    mesh: Any
+    backbone: load.Backbone
+    setup: state.TrainSetup
+    state: state.TrainState
+    lora: lora.LoraConfig | None
+    answerer: Any = None
+    answer_backbone: load.Backbone | None = None
+
+
+def prepare_models(config, *, hf_dir, init_checkpoint=None, answer_checkpoint=None) -> Models:
+    """Loads the backbone into its shards and builds the train state (and the frozen answerer).
+
+    No parameter ever exists whole on one device: the HF weights (or the random initialisation)
+    are created in the shards the train state uses, checkpoints are restored into them, and
+    the backbone's own reference to the weights is dropped once the train state holds them, so
+    training keeps no second full copy of them. The frozen answerer of the manager stage (a
+    separate model, so its own copy) is restored, or copied from the backbone, into the same
+    shardings. A checkpoint from a LoRA run is merged into plain weights when it is loaded.
+    """
+    t = config.train
+    lora_cfg = lora.from_train_config(t)
+    m = mesh.mesh_from_config(config.mesh, [_model_shapes(config, hf_dir)])
+    backbone = load.load_backbone(
+        hf_dir=hf_dir,
+        size=config.model.size,
+        tokenizer_dir=config.tokenizer_dir,
+        dtype=config.model.dtype,
+        param_dtype=config.model.param_dtype,
+        seed=config.seed,
+        mesh=m,
+    )
+    model_cfg = backbone.cfg.replace(remat=config.model.remat)
+    like = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), backbone.params
+    )
+    answerer = None
+    if config.algo != "sft" and config.stage == "manager":
+        if answer_checkpoint:
+            answerer = restore_params(answer_checkpoint, like)
+        else:  # the backbone's own weights, as a separate copy: the train state is donated
+            answerer = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=_shardings(like))(
+                backbone.params
+            )
+    start, backbone.params = backbone.params, None
+    if init_checkpoint:
+        del start  # freed before the checkpoint's weights arrive
+        start = restore_params(init_checkpoint, like)
+    setup, st = state.create_train_state(
+        m,
+        model_cfg,
+        state.OptimConfig(lr=t.lr, warmup_steps=t.warmup_steps),
+        seed=config.seed,
+        params=start,
+        module_fn=None if lora_cfg is None else lora.module_fn(model_cfg, lora_cfg, config.seed),
+        trainable=nnx.Param if lora_cfg is None else nnx.LoRAParam,
+        critic_cfg=model_cfg if config.algo == "ppo" else None,
+        critic_optim=state.OptimConfig(lr=t.critic_lr, warmup_steps=t.warmup_steps),
+    )
+    del start
+    answer_backbone = None
+    if answerer is not None:
+        answer_backbone = dataclasses.replace(backbone)
+        answerer = jax.device_put(answerer, _shardings(_base_params(setup.abstract_state.params)))
+    return Models(
+        mesh=m,
+        backbone=dataclasses.replace(backbone, graphdef=setup.graphdef),
+        setup=setup,
+        state=st,
+        lora=lora_cfg,
+        answerer=answerer,
+        answer_backbone=answer_backbone,
+    )
+
+
+def _shardings(tree):
+    return jax.tree.map(lambda x: x.sharding, tree)
+
+
+def _base_params(params):
+    """The plain model's part of a parameter state (without LoRA adapters)."""
+    return lora.base_part(params) if lora.has_adapters(params) else params
+
+
 def train(
     config,
     *,
@@ -129,35 +233,20 @@ def train(
     )
     if isinstance(t.keep, bool) or not isinstance(t.keep, int) or t.keep < 1:
         raise ValueError(f"config train.keep={t.keep!r}: must be an integer >= 1")
+    lora.from_train_config(t)  # refuses a bad rank, alpha or module regex
     if config.algo == "sft" and not sft_data:
         raise ValueError("algo=sft needs --sft_data (JSONL of {messages, target})")
     if config.algo != "sft" and not tuples:
         raise ValueError(f"algo={config.algo} needs --tuples (python -m memr1.data.tuples)")
     if config.algo != "sft" and config.stage == "manager":
         check_memory_config(config.memory)
-    mesh.mesh_from_config(config.mesh, [_model_shapes(config, hf_dir or config.hf_dir)])
-    backbone = load.load_backbone(
+    models = prepare_models(
+        config,
         hf_dir=hf_dir or config.hf_dir,
-        size=config.model.size,
-        tokenizer_dir=config.tokenizer_dir,
-        dtype=config.model.dtype,
-        param_dtype=config.model.param_dtype,
-        seed=config.seed,
+        init_checkpoint=init_checkpoint,
+        answer_checkpoint=answer_checkpoint,
     )
-    model_cfg = backbone.cfg.replace(remat=config.model.remat)
-    m = mesh.mesh_from_config(config.mesh, [model_cfg])
-    start = restore_params(init_checkpoint, backbone.params) if init_checkpoint else None
-    optim = state.OptimConfig(lr=t.lr, warmup_steps=t.warmup_steps)
-    critic = model_cfg if config.algo == "ppo" else None
-    setup, st = state.create_train_state(
-        m,
-        model_cfg,
-        optim,
-        seed=config.seed,
-        params=start if start is not None else backbone.params,
-        critic_cfg=critic,
-        critic_optim=state.OptimConfig(lr=t.critic_lr, warmup_steps=t.warmup_steps),
-    )
+    backbone, setup, st = models.backbone, models.setup, models.state
     policy = load.make_policy(
         backbone,
         st.params,
@@ -167,7 +256,9 @@ def train(
     )
     workdir = Path(workdir)
     with (
-        Checkpointer(workdir / "checkpoints", keep=t.keep) as ckpt,
+        Checkpointer(
+            workdir / "checkpoints", keep=t.keep, metadata=lora.checkpoint_metadata(models.lora)
+        ) as ckpt,
         MetricsWriter(workdir / "logs") as writer,
     ):
         # -- SFT --------------------------------------------------------------------------------
@@ -211,10 +302,9 @@ def train(
             if t.only_turns_with_qa:
                 records = [r for r in records if r.has_qa]
             states = [rollout.manager_state_from_tuple(x) for x in records]
-            frozen = (
-                restore_params(answer_checkpoint, backbone.params) if answer_checkpoint else None
+            answerer = load.make_policy(
+                models.answer_backbone, models.answerer, batch_size=config.agents.batch_size
             )
-            answerer = load.make_policy(backbone, frozen, batch_size=config.agents.batch_size)
             encoder = Encoder.from_dir()
 
             def do_rollout(params, batch_states, key):

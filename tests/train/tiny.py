@@ -77,3 +77,22 @@ def leaves_equal(a, b) -> bool:
     return len(la) == len(lb) and all(
         np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb, strict=True)
     )
+
+
+# The tokenizer of `tests.models.tiny_hf` has 300 tokens; every dimension still divides 2×2×2.
+HF_CFG = CFG.replace(vocab_size=300, remat=False)
+
+
+def make_hf_base(out_dir, seed: int = 0):
+    """Writes an HF directory (config, safetensors, tokenizer) of a random HF_CFG model."""
+    from pathlib import Path
+
+    from memr1.models import transformer
+    from memr1.models.hf_export import export_hf
+    from tests.models.tiny_hf import make_tokenizer
+
+    out_dir = Path(out_dir)
+    tok_dir = out_dir.parent / f"{out_dir.name}-tokenizer"
+    make_tokenizer(tok_dir)
+    _, params = transformer.init_model(HF_CFG, seed=seed)
+    return export_hf(HF_CFG, params, out_dir, tok_dir)
