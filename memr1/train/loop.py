@@ -5,11 +5,17 @@ Which examples a step sees is a pure function of (seed, step), so a run killed a
 resumed from its last checkpoint replays exactly the steps it had not saved. Its metrics.jsonl
 then reads as if it had never stopped: every metric of a checkpointed step is written before the
 checkpoint, and a resumed run first drops the records of the steps it is about to replay.
+
+Every step also logs `time/step_s` (from the start of its iteration until its results are on the
+host; see `metrics_log.LaggedMetrics`) and `perf/tokens_per_s` (the real, non-padding prompt +
+response tokens its update processed, over that time); a GRPO/PPO step's rollout share of it is
+`time_sample_s` + `time_reward_s`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -100,8 +106,9 @@ def _log(ready, writer, bar, cfg) -> None:
     check_finite(*ready, on_nonfinite=cfg.on_nonfinite)
 
 
-def _finish_step(step, metrics, lag, writer, bar, cfg, checkpointer, state) -> None:
-    ready = lag.push(step, metrics)
+def _finish_step(step, metrics, lag, writer, bar, cfg, checkpointer, state, timing) -> None:
+    started, tokens = timing
+    ready = lag.push(step, metrics, started=started, tokens=tokens)
     if ready is not None:
         _log(ready, writer, bar, cfg)
     done = step + 1
@@ -116,6 +123,21 @@ def _finish_step(step, metrics, lag, writer, bar, cfg, checkpointer, state) -> N
 
 
 _SHOWN = ("loss", "reward", "kl", "zero_signal_frac")
+
+
+def bucket_length(need: int, length: int, n_buckets: int = 4) -> int:
+    """The shortest of ``n_buckets`` padded lengths (multiples of 16 up to ``length``) >= need.
+
+    SFT rows vary in length; padding every batch to the longest row of the data set spends most
+    of a step on padding. A few fixed buckets keep the number of compiled programs small (one per
+    bucket) while a batch of short rows runs at its own size. Rows longer than ``length`` get
+    ``length`` (``sft_batch`` then names the row that does not fit).
+    """
+    for k in range(1, n_buckets + 1):
+        size = min(length, -(-length * k // n_buckets // 16) * 16)
+        if need <= size:
+            return size
+    return length
 
 
 def run_sft(
@@ -137,13 +159,17 @@ def run_sft(
     lag = LaggedMetrics()
     bar = progress(range(start, cfg.steps), total=cfg.steps, initial=start, desc=cfg.desc)
     for step in bar:
+        started = time.perf_counter()
         # -- data ---------------------------------------------------------------------------
         idx = batch_indices(len(pairs), cfg.batch_size, step, cfg.seed)
-        batch = sft_batch([pairs[i][0] for i in idx], [pairs[i][1] for i in idx], length, pad_id)
+        need = max(len(pairs[i][0]) + len(pairs[i][1]) for i in idx)
+        padded = bucket_length(need, length)
+        batch = sft_batch([pairs[i][0] for i in idx], [pairs[i][1] for i in idx], padded, pad_id)
         batch = with_faults(batch, step, cfg)
         # -- update -------------------------------------------------------------------------
         state, metrics = step_fn(state, shard_batch(setup, batch))
-        _finish_step(step, metrics, lag, writer, bar, cfg, checkpointer, state)
+        timing = (started, int(np.sum(batch["valid"])))
+        _finish_step(step, metrics, lag, writer, bar, cfg, checkpointer, state, timing)
     _flush(lag, writer, bar, cfg)
     return state
 
@@ -205,6 +231,7 @@ def run_rl(
     lag = LaggedMetrics()
     bar = progress(range(start, cfg.steps), total=cfg.steps, initial=start, desc=cfg.desc)
     for step in bar:
+        started = time.perf_counter()
         # -- data ---------------------------------------------------------------------------
         idx = batch_indices(len(states), cfg.batch_size, step, cfg.seed)
         chosen = [states[i] for i in idx]
@@ -216,7 +243,8 @@ def run_rl(
         # -- update -------------------------------------------------------------------------
         state, metrics = update(state, with_faults(batch, step, cfg))
         metrics = {**metrics, **rstats, **gstats}
-        _finish_step(step, metrics, lag, writer, bar, cfg, checkpointer, state)
+        timing = (started, int(np.sum(batch["valid"])))
+        _finish_step(step, metrics, lag, writer, bar, cfg, checkpointer, state, timing)
     _flush(lag, writer, bar, cfg)
     return state
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -36,25 +37,44 @@ class NonFiniteError(RuntimeError):
 
 
 class LaggedMetrics:
-    """Delays host reads of device metrics by one step (see the module docstring)."""
+    """Delays host reads of device metrics by one step (see the module docstring).
+
+    Step timing: a step pushed with `started` (its loop iteration's `time.perf_counter()`) gets
+    `time/step_s`, the wall time from then until its metrics are on the host, i.e. until the
+    device finished it; with `tokens` (the tokens its update processed) also
+    `perf/tokens_per_s`. The first step of a process includes compilation.
+    """
 
     def __init__(self):
-        self._pending: tuple[int, Any] | None = None
+        self._pending: tuple[int, Any, float | None, int | None] | None = None
 
-    def push(self, step: int, metrics: Mapping[str, Any]) -> tuple[int, dict[str, float]] | None:
+    def push(
+        self,
+        step: int,
+        metrics: Mapping[str, Any],
+        *,
+        started: float | None = None,
+        tokens: int | None = None,
+    ) -> tuple[int, dict[str, float]] | None:
         """Stores this step's (device) metrics; returns the previous step's as floats, if any."""
         ready = self.flush()
-        self._pending = (int(step), metrics)
+        self._pending = (int(step), metrics, started, tokens)
         return ready
 
     def flush(self) -> tuple[int, dict[str, float]] | None:
         """The pending metrics as host floats (blocks on their step), or None."""
         if self._pending is None:
             return None
-        step, metrics = self._pending
+        step, metrics, started, tokens = self._pending
         self._pending = None
         host = jax.device_get(dict(metrics))
-        return step, {k: float(np.asarray(v)) for k, v in host.items()}
+        out = {k: float(np.asarray(v)) for k, v in host.items()}
+        if started is not None:
+            elapsed = max(time.perf_counter() - started, 1e-9)
+            out["time/step_s"] = elapsed
+            if tokens is not None:
+                out["perf/tokens_per_s"] = tokens / elapsed
+        return step, out
 
 
 def check_finite(step: int, metrics: Mapping[str, float], *, on_nonfinite: str = "skip") -> bool:
@@ -120,12 +140,15 @@ class MetricsWriter:
         return dropped
 
     def write(self, step: int, metrics: Mapping[str, float], prefix: str = "train") -> None:
+        """One record: `prefix/name` for each metric, or `name` itself when it already names its
+        section (`time/step_s`, `perf/tokens_per_s`)."""
         record = {"step": int(step)}
         for name, value in metrics.items():
             value = float(value)
-            record[f"{prefix}/{name}"] = value if math.isfinite(value) else str(value)
+            key = name if "/" in name else f"{prefix}/{name}"
+            record[key] = value if math.isfinite(value) else str(value)
             if self._tb is not None:
-                self._tb.add_scalar(f"{prefix}/{name}", value, int(step))
+                self._tb.add_scalar(key, value, int(step))
         self._jsonl.write(json.dumps(record) + "\n")
         self._jsonl.flush()
 

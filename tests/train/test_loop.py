@@ -3,6 +3,8 @@ killed after step 1 and resumed ends bitwise equal to an uninterrupted run."""
 
 from __future__ import annotations
 
+import math
+
 import jax
 import numpy as np
 import pytest
@@ -92,6 +94,14 @@ def test_grpo_loop_logs_and_resumes_exactly(answer_policy, tmp_path):
     for key in ("train/loss", "train/reward", "train/zero_signal_frac", "train/response_length"):
         assert key in records[0]
     assert 0.0 <= records[0]["train/reward"] <= 1.0
+    for r in records:
+        # Step timing: finite and positive, and tokens_per_s · step_s is the count of real
+        # tokens the update saw: the response tokens plus at least one prompt token per row.
+        assert math.isfinite(r["time/step_s"]) and r["time/step_s"] > 0, r
+        assert math.isfinite(r["perf/tokens_per_s"]) and r["perf/tokens_per_s"] > 0, r
+        tokens = r["perf/tokens_per_s"] * r["time/step_s"]
+        assert abs(tokens - round(tokens)) < 1e-6 * tokens, tokens
+        assert r["train/n_tokens"] + 8 <= round(tokens), (tokens, r["train/n_tokens"])
     # Interrupted after one step, then resumed by a process that asks for two.
     _run(answer_policy, 1, tmp_path / "b")
     resumed = _run(answer_policy, 2, tmp_path / "b")
@@ -104,3 +114,14 @@ def test_batch_indices_cover_each_epoch_once():
     seen = np.concatenate([loop.batch_indices(10, 4, s, seed=1) for s in range(5)])
     assert sorted(seen[:10]) == list(range(10)) and sorted(seen[10:20]) == list(range(10))
     np.testing.assert_array_equal(loop.batch_indices(10, 4, 3, 1), loop.batch_indices(10, 4, 3, 1))
+
+
+def test_bucket_length_picks_the_shortest_bucket_that_fits():
+    from memr1.train.loop import bucket_length
+
+    # length 224 in 4 buckets: 64, 112, 176, 224 (multiples of 16).
+    assert [bucket_length(n, 224) for n in (1, 64, 65, 112, 113, 176, 177, 224)] == [
+        64, 64, 112, 112, 176, 176, 224, 224,
+    ]  # fmt: skip
+    assert bucket_length(300, 224) == 224  # too long: sft_batch names the row
+    assert bucket_length(10, 2048) == 512 and bucket_length(1500, 2048) == 1536
