@@ -2,12 +2,16 @@
 
   python tools/export_hf.py --src DIR --out DIR [--backbone NAME] [--tokenizer_dir DIR]
                             [--dtype bfloat16] [--overwrite]
+  python tools/export_hf.py --train_checkpoint RUN/checkpoints --hf_dir BASE --out DIR
 
 Sources are pluggable (`SOURCES`): an HF checkpoint directory (re-exported, e.g. to change the
-dtype or re-shard) or an Orbax checkpoint of memr1's parameter tree (`nnx.to_pure_dict(params)`
-saved with `orbax.checkpoint.StandardCheckpointer`), whose shapes come from `--backbone`.
-The training checkpoints will register their own reader here. Exits 1 with a message naming the
-file on bad input; the output directory appears only once it is complete.
+dtype or re-shard), an Orbax checkpoint of memr1's parameter tree (`nnx.to_pure_dict(params)`
+saved with `orbax.checkpoint.StandardCheckpointer`), whose shapes come from `--backbone`, or a
+training run's checkpoint directory (`python -m memr1.train`; its latest step's policy, LoRA
+adapters merged into the weights), whose shapes, config and tokenizer come from the HF
+directory of the backbone it was trained from (`--hf_dir`).
+Exits 1 with a message naming the file on bad input; an existing output directory is refused
+without --overwrite, and the output appears (by a rename) only once it is complete.
 """
 
 from __future__ import annotations
@@ -51,7 +55,41 @@ def _from_orbax(src: Path, args: argparse.Namespace):
     return cfg, params
 
 
-SOURCES: dict[str, Callable] = {"hf": _from_hf, "orbax": _from_orbax}
+def _from_train(src: Path, args: argparse.Namespace):
+    import jax
+
+    from memr1.models.hf_io import config_from_hf
+    from memr1.models.transformer import abstract_model
+    from memr1.train.checkpoint import Checkpointer, restore_params
+
+    if not args.hf_dir:
+        raise CheckpointError(
+            f"{src}: a training checkpoint needs --hf_dir, the HF directory of its backbone "
+            "(for the model config and the tokenizer)"
+        )
+    with Checkpointer(src) as ckpt:
+        step = ckpt.latest_step()
+        if step is None:
+            raise CheckpointError(f"{src}: no finalised training checkpoint")
+        saved = ckpt.param_metadata(step)
+    # The weights as trained (float32 master weights, usually), unless told otherwise.
+    stored = saved[("embed",)].dtype if ("embed",) in saved else None
+    cfg = config_from_hf(args.hf_dir, param_dtype=args.param_dtype or str(stored or "float32"))
+    _, abstract = abstract_model(cfg)
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    like = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), abstract)
+    try:
+        params = restore_params(src, like)
+    except (FileNotFoundError, ValueError):
+        raise
+    except Exception as e:  # orbax raises several types for shape and key mismatches
+        raise CheckpointError(
+            f"{src}: cannot restore as the model of {args.hf_dir}/config.json ({e})"
+        ) from e
+    return cfg, params
+
+
+SOURCES: dict[str, Callable] = {"hf": _from_hf, "orbax": _from_orbax, "train": _from_train}
 
 
 def detect_format(src: Path) -> str:
@@ -68,7 +106,14 @@ def detect_format(src: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--src", type=Path, required=True, help="parameter directory")
+    parser.add_argument("--src", type=Path, default=None, help="parameter directory")
+    parser.add_argument(
+        "--train_checkpoint",
+        type=Path,
+        default=None,
+        help="a training run's checkpoint directory (the source; needs --hf_dir)",
+    )
+    parser.add_argument("--hf_dir", type=Path, default=None, help="base HF dir, for --train_*")
     parser.add_argument("--out", type=Path, required=True, help="HF directory to create")
     parser.add_argument("--format", choices=["auto", *SOURCES], default="auto")
     parser.add_argument("--backbone", default=None, help="size name, for Orbax sources")
@@ -78,12 +123,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max_shard_bytes", type=int, default=MAX_SHARD_BYTES)
     parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
+    if (args.src is None) == (args.train_checkpoint is None):
+        parser.error("give exactly one of --src and --train_checkpoint")
     try:
-        if not args.src.is_dir():
-            raise CheckpointError(f"{args.src}: source directory not found")
-        kind = detect_format(args.src) if args.format == "auto" else args.format
-        cfg, params = SOURCES[kind](args.src, args)
-        tokenizer_dir = args.tokenizer_dir or (args.src if kind == "hf" else None)
+        src = args.src or args.train_checkpoint
+        if not src.is_dir():
+            raise CheckpointError(f"{src}: source directory not found")
+        if args.train_checkpoint is not None:
+            kind = "train"
+        else:
+            kind = detect_format(src) if args.format == "auto" else args.format
+        cfg, params = SOURCES[kind](src, args)
+        tokenizer_dir = args.tokenizer_dir or {"hf": src, "train": args.hf_dir}.get(kind)
         out = export_hf(
             cfg,
             params,
