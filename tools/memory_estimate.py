@@ -1,7 +1,13 @@
-"""Expected device memory of full-parameter GRPO training, per backbone and per device.
+"""Expected device memory of GRPO training (full-parameter or LoRA), per backbone and device.
 
   python tools/memory_estimate.py [--rows-per-device 2] [--prompt 4096] [--response 2048]
-                                  [--setup 1x141GB --setup 8x80GB-fsdp] [--json OUT]
+                                  [--setup 1x141GB --setup 8x80GB-fsdp] [--lora-rank 8]
+                                  [--json OUT]
+
+With --lora-rank the parameters include the qwix LoRA adapters (`memr1.train.lora`) and only
+they have AdamW moments, gradients and an accumulator; everything else is counted as for full
+fine-tuning (the reference is still a full copy, and the adapters' own activations, rank-wide,
+are not counted).
 
 Nothing is allocated: parameter and AdamW shapes come from `jax.eval_shape` of the real model
 and optimiser, each array is divided over the mesh by the same logical-axis rules the trainer
@@ -71,6 +77,7 @@ class Workload:
     stage: str = "manager"  # the manager stage also holds the frozen Answer Agent
     param_dtype: str = "float32"
     compute_dtype: str = "bfloat16"
+    lora_rank: int = 0  # > 0: only qwix LoRA adapters of this rank train (memr1.train.lora)
 
 
 def shard_bytes(mesh: dict[str, int], tree) -> tuple[int, list[str]]:
@@ -102,18 +109,27 @@ def shard_bytes(mesh: dict[str, int], tree) -> tuple[int, list[str]]:
     return total, problems
 
 
-def abstract_state(size: str, param_dtype: str):
-    """(ModelConfig, abstract params, abstract AdamW state) from jax.eval_shape."""
+def abstract_state(size: str, param_dtype: str, lora_rank: int = 0):
+    """(ModelConfig, abstract params, abstract trainable params, abstract AdamW state) from
+    jax.eval_shape; with `lora_rank` the params include the LoRA adapters, which alone train."""
     import jax
+    from flax import nnx
 
     from memr1.models.config import get_size
     from memr1.models.transformer import abstract_model
+    from memr1.train import lora
     from memr1.train.state import OptimConfig, make_optimizer
 
     cfg = get_size(size, param_dtype=param_dtype)
-    _, params = abstract_model(cfg)
-    opt = jax.eval_shape(make_optimizer(OptimConfig()).init, params)
-    return cfg, params, opt
+    if lora_rank:
+        module_fn = lora.module_fn(cfg, lora.LoraConfig(lora_rank, 2.0 * lora_rank))
+        _, params = nnx.split(nnx.eval_shape(module_fn))
+        trainable = nnx.state(params, nnx.LoRAParam)
+    else:
+        _, params = abstract_model(cfg)
+        trainable = params
+    opt = jax.eval_shape(make_optimizer(OptimConfig()).init, trainable)
+    return cfg, params, trainable, opt
 
 
 def activation_bytes(cfg, mesh: dict[str, int], w: Workload, compute_bytes: int) -> dict:
@@ -165,18 +181,21 @@ def estimate(size: str, setup: str, w: Workload = Workload(), margin: float = 0.
     """
     spec = SETUPS[setup]
     mesh = dict(zip(("data", "fsdp", "tensor"), spec["mesh"], strict=True))
-    cfg, params, opt = abstract_state(size, w.param_dtype)
+    cfg, params, trainable, opt = abstract_state(size, w.param_dtype, w.lora_rank)
     p_bytes, problems = shard_bytes(mesh, params)
+    t_bytes, _ = shard_bytes(mesh, trainable)
     o_bytes, _ = shard_bytes(mesh, opt)
     p_item = 4 if w.param_dtype == "float32" else 2
     c_item = 4 if w.compute_dtype == "float32" else 2
     elems = p_bytes // p_item  # parameter elements held by this device
+    t_elems = t_bytes // p_item  # of which trained (all of them without LoRA)
     # The compute copy exists only when the storage and compute dtypes differ.
     compute_copy = elems * c_item if w.param_dtype != w.compute_dtype else 0
     reference = elems * 2 if w.kl_beta > 0 else 0
-    partner = p_bytes if w.stage == "manager" else 0
-    grads = elems * p_item
-    accum = elems * 4 if w.grad_accum else 0  # accumulated in float32 whatever the dtype
+    # The frozen Answer Agent is a plain model (a LoRA checkpoint is merged when loaded).
+    partner = (p_bytes - (t_bytes if w.lora_rank else 0)) if w.stage == "manager" else 0
+    grads = t_elems * p_item
+    accum = t_elems * 4 if w.grad_accum else 0  # accumulated in float32 whatever the dtype
     act = activation_bytes(cfg, mesh, w, c_item)
     roll = rollout_bytes(cfg, mesh, w, c_item)
     resident = p_bytes + o_bytes + compute_copy + reference + partner
@@ -190,6 +209,7 @@ def estimate(size: str, setup: str, w: Workload = Workload(), margin: float = 0.
         "devices": spec["devices"],
         "mesh": spec["mesh"],
         "params_per_device": elems,
+        "trained_params_per_device": t_elems,
         "params": p_bytes,
         "adamw": o_bytes,
         "compute_copy": compute_copy,
@@ -253,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grad-accum", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--param-dtype", default="float32", choices=("float32", "bfloat16"))
     p.add_argument("--stage", default="manager", choices=("manager", "answer"))
+    p.add_argument("--lora-rank", type=int, default=0, help="train LoRA adapters only (0: off)")
     p.add_argument("--margin", type=float, default=0.1, help="share of the device kept free")
     p.add_argument("--json", type=Path, help="also write every row as JSON")
     args = p.parse_args(argv)
@@ -266,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         grad_accum=args.grad_accum,
         param_dtype=args.param_dtype,
         stage=args.stage,
+        lora_rank=args.lora_rank,
     )
     rows = [
         estimate(size, setup, w, args.margin)
@@ -276,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         f"per device, GiB | {w.rows_per_device} rows x {w.prompt + w.response} tokens per "
         f"micro-batch, rollout {w.rollout_prompts} prompts x G={w.group}, "
         f"{w.param_dtype} master, KL beta {w.kl_beta}, grad accumulation {w.grad_accum}, "
-        f"{w.stage} stage"
+        f"{w.stage} stage" + (f", LoRA rank {w.lora_rank}" if w.lora_rank else "")
     )
     print(format_table(rows))
     print("total = params + adamw + bf16 + ref + agent + max(grads + accum + act, rollout)")

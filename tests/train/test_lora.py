@@ -120,3 +120,27 @@ def test_bad_lora_settings_are_refused():
     nothing = lora.module_fn(tiny.CFG, lora.LoraConfig(rank=4, alpha=8.0, module_path="nope"))
     with pytest.raises(ValueError, match="matches no module"):
         jax.eval_shape(lambda: nnx.split(nothing())[1])
+
+
+def test_memory_estimate_counts_optimiser_memory_for_the_adapters_only():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "tools" / "memory_estimate.py"
+    spec = importlib.util.spec_from_file_location("memory_estimate", path)
+    tool = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = tool  # its dataclasses look their module up
+    spec.loader.exec_module(tool)
+    full = tool.estimate("tiny", "1x141GB", tool.Workload())
+    low = tool.estimate("tiny", "1x141GB", tool.Workload(lora_rank=8))
+    adapters = low["trained_params_per_device"]
+    # Rank 8 on the 4 blocks of tiny (d=192, 6 heads, 2 kv heads of 32, d_ff=576).
+    per_block = (192 * 8 + 8 * 192) + 2 * (192 * 8 + 8 * 64) + (192 * 8 + 8 * 192)
+    per_block += 2 * (192 * 8 + 8 * 576) + (576 * 8 + 8 * 192)
+    assert adapters == 4 * per_block
+    assert low["params_per_device"] == full["params_per_device"] + adapters
+    assert low["grads"] == 4 * adapters and low["grad_accum"] == 4 * adapters
+    assert 8 * adapters <= low["adamw"] <= 8 * adapters + 64  # two float32 moments (+ counts)
+    assert low["answer_agent"] == full["answer_agent"]  # a merged, plain model
+    assert low["total"] < full["total"]
