@@ -92,6 +92,28 @@ def test_rewards_follow_the_bank_each_candidate_builds():
     assert all("Jo likes hiking" in p for p in answerer.prompts)
 
 
+def test_a_malformed_reply_scores_zero_where_doing_nothing_scores_the_bank():
+    state = mr.ManagerState(**{**STATE.__dict__, "qa": (("Names of Andrew's dogs?", "Toby"),)})
+    outputs = [
+        '{"memory": []}',  # validly nothing to do: the bank already answers "Toby"
+        '{"memory": [{"id": "0", "text": "", "event": "NONE"}]}',  # the same, said with NONE
+        "I think we should update things",  # unparseable
+        '{"memory": [{"id": "0", "text": "Andrew has a do',  # cut off before any whole entry
+    ]
+    rewards, parsed = mr.manager_rewards(
+        state,
+        outputs,
+        answerer=RuleAnswerer(),
+        embed=bag_of_words,
+        k_per_speaker=5,
+        capacity=16,
+        text_bytes=96,
+        key=jax.random.key(0),
+    )
+    np.testing.assert_array_equal(rewards, [1.0, 1.0, 0.0, 0.0])
+    assert [mr.is_malformed(ops) for ops in parsed] == [False, False, True, True]
+
+
 def test_vmapped_candidates_equal_a_python_loop():
     bank, id_of = mr.base_bank(STATE, 16, 96, bag_of_words)
     id_map = dict(enumerate(id_of[i] for i in STATE.retrieved))
