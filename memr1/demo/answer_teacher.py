@@ -1,0 +1,174 @@
+"""The demo's Answer Agent teacher: reads memories correctly but does not select well.
+
+Given a question and the retrieved memories of both speakers (as an AnswerTuple carries them),
+it keeps the memories about the person and topic the question asks about, picks ONE of them, and
+answers from that memory alone: the city it names, its list of pets, the date its relative time
+expression resolves to against the memory's timestamp, the cuisine of the food it names.
+
+The designed flaw is the pick. Half of the time it takes the OLDEST related memory (it reads in
+time order and stops at the first that fits), otherwise any related memory at random; the prompt
+asks for the newest. When a bank holds a stale and a current memory of the same thing (a city
+before and after a move, a trip and its replacement) the stale one is therefore its most likely
+pick, three times out of four with two candidates. That systematic error is what greedy decoding
+of a policy cloned from it inherits, and the one RL on exact match can repair.
+
+The reply is written with the real formatter (``format_answer_output``): the chosen memory's text
+as the distilled memory (without its timestamp: a shorter line is easier for a tiny model to copy),
+then ``**Answer:**``. The random pick is seeded by the question and the
+memories, so a trace can be regenerated exactly.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import random
+from collections.abc import Mapping, Sequence
+
+from memr1.agents.answer_io import format_answer_output
+from memr1.data.locomo import parse_locomo_date
+from memr1.data.synthloco.dates import resolve
+from memr1.data.synthloco.gold import join_items
+from memr1.data.synthloco.world import FOODS, HOBBIES, NUMBER_WORDS, article
+from memr1.demo.sentences import Question, Sentence, parse_question, parse_sentence
+
+UNKNOWN = "unknown"
+Memory = tuple[str, str]  # (when, text) as render_answer_input takes them
+
+
+def _day(when: str) -> dt.date | None:
+    try:
+        return parse_locomo_date(when).date()
+    except ValueError:
+        return None
+
+
+def _age_key(when: str) -> dt.datetime:
+    """Sort key of a memory's timestamp (unreadable ones count as oldest)."""
+    try:
+        return parse_locomo_date(when)
+    except ValueError:
+        return dt.datetime.min
+
+
+def _date_answer(sentence: Sentence, when: str) -> str:
+    """The absolute date of a dated memory; the memory's own day when it carries no time."""
+    day = _day(when)
+    if day is None:
+        return UNKNOWN
+    if sentence.when is None:
+        return f"{day.day} {day.strftime('%B')} {day.year}"
+    return resolve(sentence.when, day).answer()
+
+
+def _option(options: Sequence[str], wanted: str) -> str:
+    """The option that names ``wanted`` (an open-domain choice), else the first option."""
+    for option in options:
+        if option.lower() == wanted.lower():
+            return option
+    return options[0] if options else wanted
+
+
+def _relevant(question: Question, name: str, memories: Sequence[Memory]):
+    """(line, sentence) of the memories of ``name`` about the question's topic, in given order."""
+    out = []
+    for when, text in memories:
+        s = parse_sentence(text)
+        if s is None or s.name != name or s.key != question.key:
+            continue
+        if question.kind in ("city_date", "job_date", "pet_date"):
+            if question.target not in s.items:
+                continue
+        out.append(((when, text), s))
+    return out
+
+
+def read_answer(question: Question, sentence: Sentence, when: str) -> str:
+    """The answer one memory gives to a single-person question."""
+    kind = question.kind
+    if kind in ("city", "job", "food", "trip", "event", "hobby", "pet_name"):
+        return sentence.value
+    if kind in ("city_date", "job_date", "pet_date"):
+        return _date_answer(sentence, when)
+    if kind == "species":
+        return sentence.species or UNKNOWN
+    if kind in ("pet_names", "hobby_list"):
+        return join_items(list(sentence.items))
+    if kind in ("pet_count", "pet_count_asof"):
+        return NUMBER_WORDS[min(len(sentence.items), 9)]
+    if kind == "cuisine":
+        return _option(question.options, dict(FOODS).get(sentence.value, UNKNOWN))
+    if kind == "gift":
+        return _option(question.options, f"{article(sentence.species or 'pet')} toy")
+    if kind == "venue":
+        venues = [dict(HOBBIES).get(item, "") for item in sentence.items]
+        return next((o for o in question.options if o in venues), _option(question.options, ""))
+    return UNKNOWN
+
+
+def _joint_answer(question: Question, picks: Sequence[Sentence | None]) -> str:
+    """The answer of a two-person question from one picked memory per person (or None)."""
+    items = [set(p.items) if p is not None else set() for p in picks]
+    if question.kind == "joint_hobby":
+        shared = [h for h in (picks[0].items if picks[0] else ()) if h in items[1]]
+        return join_items(shared) if shared else UNKNOWN
+    counts = [len(x) for x in items]
+    if question.kind == "joint_total":
+        return NUMBER_WORDS[min(sum(counts), 9)]
+    return question.names[0] if counts[0] >= counts[1] else question.names[1]
+
+
+class CarelessAnswerTeacher:
+    """``teacher(question, memories_by_speaker) -> (distilled lines, answer)``.
+
+    Args:
+      seed: mixes into every question's random stream.
+      stale_bias: how often it takes the oldest related memory rather than a random one.
+    """
+
+    name = "careless-reader-rules"
+
+    def __init__(self, seed: int = 0, stale_bias: float = 0.5):
+        self.seed = int(seed)
+        self.stale_bias = float(stale_bias)
+
+    def _rng(self, question: str, memories: Mapping[str, Sequence[Memory]]) -> random.Random:
+        blob = json.dumps(
+            [self.seed, question, {k: list(map(list, v)) for k, v in memories.items()}]
+        )
+        return random.Random(hashlib.sha256(blob.encode("utf-8")).hexdigest())
+
+    def __call__(
+        self, question: str, memories_by_speaker: Mapping[str, Sequence[Memory]]
+    ) -> tuple[list[str], str]:
+        """The memory texts it relies on and its short answer."""
+        parsed = parse_question(question)
+        if parsed is None:
+            return [], UNKNOWN
+        rng = self._rng(question, memories_by_speaker)
+        lines, picks = [], []
+        for name in parsed.names:
+            relevant = _relevant(parsed, name, memories_by_speaker.get(name, ()))
+            if not relevant:
+                picks.append(None)
+                continue
+            # The designed flaw: the oldest related memory, or any; never a deliberate newest.
+            if rng.random() < self.stale_bias:
+                (when, text), sentence = min(relevant, key=lambda r: _age_key(r[0][0]))
+            else:
+                (when, text), sentence = rng.choice(relevant)
+            lines.append(text)
+            picks.append((sentence, when))
+        if len(parsed.names) == 2:
+            return lines, _joint_answer(parsed, [p[0] if p else None for p in picks])
+        if picks[0] is None:
+            return lines, UNKNOWN
+        return lines, read_answer(parsed, *picks[0])
+
+    def reply(
+        self, question: str, memories_by_speaker: Mapping[str, Sequence[Memory]], *, distill: bool
+    ) -> str:
+        """The full reply text, with the distilled lines or (``distill=False``) without."""
+        lines, answer = self(question, memories_by_speaker)
+        return format_answer_output(lines if distill else [], answer)

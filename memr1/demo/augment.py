@@ -1,0 +1,72 @@
+"""Entity renaming for the warm start's traces: it makes copying the only way to be right.
+
+A tiny model trained for a few minutes on 32 conversations learns the prior of its training
+names faster than it learns to copy: asked to store "Andrew's favorite food is dumplings." it
+writes "Jon's favorite food is pizza." (Jon and Nadia are the most frequent speakers of the
+train split). Renaming the entities of a trace row consistently, prompt and target alike, with a
+fresh random permutation per row keeps every row correct while making any name prior useless, so
+the gradient goes into attending to the prompt (induction-style copying) instead.
+
+Only pure identifiers are permuted, each within its own list: people, pet names, home cities and
+trip destinations. Foods, hobbies, jobs and events are left alone: their answers are derived
+(cuisine, venue), their articles differ ("a nurse" / "an engineer") or their words occur inside
+other phrases ("fair" in "a craft fair").
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from memr1.data.synthloco.world import SynthConfig, Vocab
+
+
+def entity_lists(synth: SynthConfig) -> tuple[tuple[str, ...], ...]:
+    """The permutable lists of a synthloco world (people, pet names, cities, destinations)."""
+    vocab = Vocab.from_config(synth)
+    return (vocab.names, vocab.pet_names, vocab.cities, vocab.destinations)
+
+
+def random_renaming(lists: Sequence[Sequence[str]], rng: random.Random) -> dict[str, str]:
+    """One random permutation within each list, as a word -> word mapping."""
+    mapping: dict[str, str] = {}
+    for words in lists:
+        shuffled = list(words)
+        rng.shuffle(shuffled)
+        mapping.update(zip(words, shuffled))
+    return mapping
+
+
+def rename(text: str, mapping: Mapping[str, str]) -> str:
+    """Replaces every whole-word occurrence of a mapped word, all at once (no chains)."""
+    if not mapping:
+        return text
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(mapping, key=len)[::-1])) + r")\b")
+    return pattern.sub(lambda m: mapping[m.group(1)], text)
+
+
+def rename_row(row: Mapping[str, Any], mapping: Mapping[str, str]) -> dict[str, Any]:
+    """A trace row ({messages, target}) with the same renaming applied to every text in it."""
+    messages = [{**m, "content": rename(m["content"], mapping)} for m in row["messages"]]
+    return {"messages": messages, "target": rename(row["target"], mapping)}
+
+
+def augment_rows(
+    rows: Sequence[Mapping[str, Any]],
+    lists: Sequence[Sequence[str]],
+    fraction: float,
+    seed: int,
+) -> list[dict[str, Any]]:
+    """``rows`` with a random ``fraction`` of them renamed, each by its own permutation."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"the renamed fraction must be in [0, 1], got {fraction}")
+    rng = random.Random(seed)
+    out = []
+    for row in rows:
+        if rng.random() < fraction:
+            out.append(rename_row(row, random_renaming(lists, rng)))
+        else:
+            out.append(dict(row))
+    return out

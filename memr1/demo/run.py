@@ -1,0 +1,412 @@
+"""One seed of the demo, stage by stage, through the same functions a user calls.
+
+  data       synthloco world of the seed: train / validation / test conversations + gold ops
+  tuples     the train split's banks, built turn by turn by the Mem0-like manager teacher
+  traces     SFT rows: the manager teacher's ops and the careless answer teacher's replies
+  tokenizer  byte-level BPE on the train split's text (train_bpe_tokenizer), HF format
+  base       the tiny backbone, randomly initialised, exported as an HF checkpoint
+  sft        one policy warm-started on both agents' traces (memr1.train.train, algo=sft)
+  rl_answer  GRPO (or PPO) of the Answer Agent from the warm start, reward = EM
+  rl_manager GRPO (or PPO) of the manager from the warm start, reward = EM of the FROZEN
+             RL-trained Answer Agent over the bank each sampled output produces
+  eval/*     memr1.evaluate.evaluate of the four systems on the held-out split
+
+Every stage writes into its own folder of the seed's directory and is skipped when its output is
+already there, so an interrupted demo picks up where it stopped (training resumes from its last
+Orbax checkpoint). Wall time per stage goes to ``timings.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from memr1.data.split import split_conversations
+from memr1.data.synthloco import generate as synth
+from memr1.demo import augment, traces
+from memr1.demo.answer_teacher import CarelessAnswerTeacher
+from memr1.demo.settings import DemoSettings
+from memr1.demo.teacher import MemZeroLikeTeacher
+from memr1.train.checkpoint import COMMIT_MARKER
+
+SYSTEMS = ("locomo_rag", "mem0", "memory_sft", "memory_r1")
+PRESET_NAME = "memr1.demo"
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CONFIG_FILE = REPO_ROOT / "configs" / "memr1.py"
+
+
+def stage_overrides(s: DemoSettings, seed: int, *, stage: str, algo: str) -> dict[str, Any]:
+    """The fields of configs/memr1.py's runlocal variant that the demo resizes, by dotted name."""
+    o: dict[str, Any] = {
+        "seed": int(seed),
+        "agents.style": "compact",
+        "agents.batch_size": s.eval_batch,
+        "agents.max_prompt_tokens": 512,
+        "agents.manager_max_new_tokens": s.manager_max_new,
+        "agents.answer_max_new_tokens": s.answer_max_new,
+        "memory.capacity": s.capacity,
+        "memory.text_bytes": s.text_bytes,
+        "memory.retriever": "exact_numpy",
+        "memory.fact_source": "observation",
+        "memory.k_per_fact": s.k_per_fact,
+        "memory.k_per_speaker": s.k_per_speaker,
+        "train.kl_beta": s.kl_beta,
+        "train.keep": 1,
+        "train.warmup_steps": 5,
+    }
+    if algo == "copy":
+        o.update({"train.steps": s.copy_steps, "train.batch_size": s.copy_batch})
+        o.update({"train.lr": s.copy_lr, "train.warmup_steps": 20})
+        o["train.checkpoint_every"] = s.copy_steps
+        # A word is one to three tokens: 3 tokens a word bounds prompt + reply.
+        o["train.sft_length"] = -(-(3 * s.copy_words[1] + 16) // 16) * 16
+    elif algo == "sft":
+        o.update({"train.steps": s.sft_steps, "train.batch_size": s.sft_batch})
+        o.update({"train.lr": s.sft_lr, "train.warmup_steps": 10})
+        o["train.checkpoint_every"] = s.sft_steps
+    elif stage == "answer":
+        o.update({"train.steps": s.answer_steps, "train.batch_size": s.answer_batch})
+        o.update({"train.lr": s.answer_lr, "train.group_size": s.group})
+        o.update({"train.max_new_tokens": s.answer_max_new})
+        o["train.checkpoint_every"] = s.answer_steps
+        # The rollout pads its prompts to the sampler's batch: B prompts, G samples each.
+        o["agents.batch_size"] = s.answer_batch
+    elif stage == "manager":
+        o.update({"train.steps": s.manager_steps, "train.batch_size": s.manager_batch})
+        o.update({"train.lr": s.manager_lr, "train.group_size": s.group})
+        o.update({"train.max_new_tokens": s.manager_max_new})
+        o["train.answer_max_new_tokens"] = s.answer_max_new
+        o["train.checkpoint_every"] = s.manager_steps
+        # The frozen answerer answers the G candidate banks of a state in one call.
+        o["agents.batch_size"] = s.group
+    if algo == "ppo":
+        o["train.critic_lr"] = 10 * (s.answer_lr if stage == "answer" else s.manager_lr)
+    return o
+
+
+def load_config(arg: str, overrides: dict[str, Any]):
+    """configs/memr1.py's config for ``arg`` with the overrides set (a typo'd field raises)."""
+    try:
+        from configs import memr1 as memr1_config
+    except ModuleNotFoundError:  # run from outside the repository root
+        sys.path.insert(0, str(REPO_ROOT))
+        from configs import memr1 as memr1_config
+    config = memr1_config.get_config(arg)
+    for dotted, value in overrides.items():
+        *parents, name = dotted.split(".")
+        section = config
+        for part in parents:
+            section = section[part]
+        section[name] = value
+    return config
+
+
+def config_flags(arg: str, overrides: dict[str, Any]) -> list[str]:
+    """``--config`` and one ``--config.<field>=<value>`` flag per override."""
+    flags = [f"--config={CONFIG_FILE}:{arg}"]
+    return flags + [f"--config.{k}={v}" for k, v in overrides.items()]
+
+
+def run_module(module: str, args: list[str], log: Callable[[str], None]) -> None:
+    """Runs ``python -m module args`` from the repository root (its output goes to the console).
+
+    Each stage runs as the very command line a user would type, in its own process: the train
+    and evaluate CLIs are absl programs whose flags cannot share one process, and a fresh
+    process also hands every stage's memory back when it ends.
+    """
+    command = [sys.executable, "-m", module, *args]
+    log("$ " + " ".join(shlex.quote(a) for a in command))
+    done = subprocess.run(command, cwd=REPO_ROOT, env=os.environ.copy(), check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"python -m {module} failed with exit code {done.returncode}")
+
+
+class SeedRun:
+    """The folders and stages of one seed (see the module docstring)."""
+
+    def __init__(self, settings: DemoSettings, seed: int, root: Path, *, algo: str, log):
+        self.s, self.seed, self.root, self.algo = settings, int(seed), Path(root), algo
+        self.log: Callable[[str], None] = log
+        self.timings: dict[str, float] = {}
+        self.data = self.root / "data"
+        self.tuples = self.root / "tuples"
+        self.sft_data = self.root / "traces" / "sft.jsonl"
+        self.copy_data = self.root / "traces" / "copy.jsonl"
+        self.copy = self.root / "copy"
+        self.tokenizer = self.root / "tokenizer"
+        self.base = self.root / "base"
+        self.sft = self.root / "sft"
+        self.sft_export = self.root / "sft_hf"
+        self.rl_answer = self.root / f"answer_{algo}"
+        self.rl_manager = self.root / f"manager_{algo}"
+        self.trace_mix: dict[str, int] = {}
+        self._encoder = None
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _timed(self, name: str, fn: Callable[[], Any]) -> Any:
+        start = time.perf_counter()
+        self.log(f"[seed {self.seed}] {name} ...")
+        out = fn()
+        self.timings[name] = round(time.perf_counter() - start, 1)
+        self.log(f"[seed {self.seed}] {name} done in {self.timings[name]:.0f} s")
+        return out
+
+    def encoder(self):
+        if self._encoder is None:
+            from memr1.embed import Encoder
+
+            self._encoder = Encoder.from_dir()
+        return self._encoder
+
+    def conversations(self, split: str):
+        from memr1.data.locomo import load_locomo
+
+        loaded = load_locomo(self.data / f"{split}.json", source="synthloco")
+        return list(split_conversations(loaded, (1,), names=("all",))["all"])
+
+    # -- stages ------------------------------------------------------------------------------
+
+    def make_data(self) -> None:
+        if (self.data / "metadata.json").is_file():
+            return
+        dataset = synth.generate_dataset(self.s.with_seed(self.seed))
+        synth.write_dataset(dataset, self.data, preset=PRESET_NAME)
+
+    def make_tuples(self) -> None:
+        from memr1.data.tuples import write_tuples
+        from memr1.data.tuples.build import TupleConfig, build_tuples
+        from memr1.pipeline.memory_store import BankSpec
+
+        if (self.tuples / "metadata.json").is_file():
+            return
+        enc = self.encoder()
+        cfg = TupleConfig(
+            builder="teacher",
+            window=-1,
+            k_per_fact=self.s.k_per_fact,
+            k_per_speaker=self.s.k_per_speaker,
+            only_with_qa=False,
+            bank=BankSpec(capacity=self.s.capacity, overflow="raise", retriever="exact_numpy"),
+        )
+        built = build_tuples(
+            self.conversations("train"),
+            embed=enc.encode,
+            dim=enc.dim,
+            cfg=cfg,
+            teacher=MemZeroLikeTeacher(self.seed),
+        )
+        meta = {"teacher": MemZeroLikeTeacher.name, "window": -1, "counts": built.counts}
+        write_tuples(self.tuples, built.manager, built.answer, meta, overwrite=True)
+
+    def make_traces(self) -> None:
+        from memr1.data.tuples import read_tuples
+
+        mix_file = self.sft_data.with_name("manager_mix.json")
+        if self.sft_data.is_file() and mix_file.is_file():
+            self.trace_mix = json.loads(mix_file.read_text())
+            return
+        manager, mix = traces.manager_rows(
+            read_tuples(self.tuples, "manager"), MemZeroLikeTeacher(self.seed), "compact"
+        )
+        answer = traces.answer_rows(
+            read_tuples(self.tuples, "answer"),
+            CarelessAnswerTeacher(self.seed, self.s.stale_bias),
+            "compact",
+            direct_fraction=self.s.direct_fraction,
+            seed=self.seed,
+        )
+        self.trace_mix = dict(mix.most_common())
+        full = traces.full_text_rows(manager + answer, self.s.full_text_fraction, self.seed)
+        rows = augment.augment_rows(
+            manager + answer + full,
+            augment.entity_lists(self.s.synth),
+            self.s.rename_fraction,
+            self.seed,
+        )
+        traces.write_jsonl(self.sft_data, rows)
+        mix_file.write_text(json.dumps(self.trace_mix, indent=1) + "\n")
+
+    def make_tokenizer(self) -> None:
+        from memr1.models.tokenizer_train import train_bpe_tokenizer
+
+        if (self.tokenizer / "tokenizer.json").is_file():
+            return
+        texts = [t.text for c in self.conversations("train") for t in c.iter_turns()]
+        with open(self.sft_data, encoding="utf-8") as f:
+            texts += traces.trace_texts(json.loads(line) for line in f)
+        train_bpe_tokenizer(texts, self.tokenizer, vocab_size=self.s.vocab_size)
+
+    def make_base(self) -> None:
+        """The tiny backbone with a vocabulary cut to the tokenizer's, as an HF checkpoint."""
+        from memr1.models import config as model_config
+        from memr1.models import transformer
+        from memr1.models.hf_export import export_hf
+        from memr1.models.tokenizer import load_tokenizer
+
+        if (self.base / "config.json").is_file():
+            return
+        vocab = -(-len(load_tokenizer(self.tokenizer)) // 128) * 128
+        cfg = model_config.get_size("tiny", vocab_size=vocab)
+        _, params = transformer.init_model(cfg, seed=self.seed)
+        export_hf(cfg, params, self.base, tokenizer_dir=self.tokenizer, overwrite=True)
+
+    def sft_length(self) -> int:
+        """The longest trace (prompt + reply + EOS) in tokens, rounded up to a multiple of 16:
+        SFT pads every row to this length, so a tight bound is time saved on every step."""
+        from memr1.agents.prompts import to_prompt_text
+        from memr1.models.tokenizer import load_tokenizer
+
+        tok = load_tokenizer(self.base)
+        longest = 0
+        with open(self.sft_data, encoding="utf-8") as f:
+            for line in f:
+                row = json.loads(line)
+                n = len(tok.encode(to_prompt_text(row["messages"]))) + len(
+                    tok.encode(row["target"])
+                )
+                longest = max(longest, n + 1)
+        return -(-longest // 16) * 16
+
+    def make_copy_data(self) -> None:
+        """The copy warm-up's rows (traces.copy_rows) over the words the tokenizer keeps whole."""
+        from memr1.models.tokenizer import load_tokenizer
+
+        if self.copy_data.is_file():
+            return
+        tok = load_tokenizer(self.tokenizer)
+        with open(self.sft_data, encoding="utf-8") as f:
+            texts = traces.trace_texts(json.loads(line) for line in f)
+        words = traces.single_token_words(texts, tok)
+        n_rows = self.s.copy_steps * self.s.copy_batch // 2 + 1
+        traces.write_jsonl(
+            self.copy_data, traces.copy_rows(words, n_rows, self.s.copy_words, self.seed)
+        )
+
+    def train_copy(self) -> None:
+        """The copy warm-up (traces.copy_rows): SFT on random word sequences repeated back."""
+        overrides = stage_overrides(self.s, self.seed, stage="answer", algo="copy")
+        self._train("stage=answer,algo=sft,runlocal", overrides, self.copy, sft_data=self.copy_data)
+
+    def train_sft(self) -> None:
+        from memr1.models import hf_export
+        from memr1.pipeline import load
+        from memr1.train.checkpoint import restore_params
+
+        overrides = stage_overrides(self.s, self.seed, stage="answer", algo="sft")
+        overrides["train.sft_length"] = self.sft_length()
+        self._train(
+            "stage=answer,algo=sft,runlocal",
+            overrides,
+            self.sft,
+            sft_data=self.sft_data,
+            init=self.copy if self.s.copy_steps > 0 else None,
+        )
+        if not (self.sft_export / "config.json").is_file():
+            # The warm start as a plain HF checkpoint: the "base model" the prompted baselines
+            # (LoCoMo-RAG, Mem0) run on.
+            backbone = load.load_backbone(hf_dir=str(self.base))
+            params = restore_params(self.sft / "checkpoints", backbone.params)
+            hf_export.export_hf(
+                backbone.cfg, params, self.sft_export, tokenizer_dir=self.base, overwrite=True
+            )
+
+    def train_answer(self) -> None:
+        overrides = stage_overrides(self.s, self.seed, stage="answer", algo=self.algo)
+        arg = f"stage=answer,algo={self.algo},runlocal"
+        self._train(arg, overrides, self.rl_answer, init=self.sft)
+
+    def train_manager(self) -> None:
+        overrides = stage_overrides(self.s, self.seed, stage="manager", algo=self.algo)
+        arg = f"stage=manager,algo={self.algo},runlocal"
+        self._train(arg, overrides, self.rl_manager, init=self.sft, answer=self.rl_answer)
+
+    def _train(self, arg, overrides, workdir: Path, *, sft_data=None, init=None, answer=None):
+        """``python -m memr1.train`` for one stage (it resumes from its own checkpoints).
+
+        A stage whose last step is already saved is not started again at all.
+        """
+        last = workdir / "checkpoints" / str(overrides["train.steps"]) / COMMIT_MARKER
+        if last.is_file():
+            return
+        args = config_flags(arg, overrides)
+        args += [f"--workdir={workdir}", f"--hf_dir={self.base}", f"--tuples={self.tuples}"]
+        if sft_data is not None:
+            args.append(f"--sft_data={sft_data}")
+        if init is not None:
+            args.append(f"--init_checkpoint={init / 'checkpoints'}")
+        if answer is not None:
+            args.append(f"--answer_checkpoint={answer / 'checkpoints'}")
+        run_module("memr1.train", args, self.log)
+
+    def evaluate(self, system: str, split: str) -> dict:
+        """memr1.evaluate.evaluate of one system; its results.json is reused when present.
+
+        Evaluation runs in this process (unlike training): the four systems then share one
+        Python start-up and one compilation cache.
+        """
+        from memr1.evaluate import evaluate
+
+        out = self.root / "eval" / split / system
+        if (out / "results.json").is_file():
+            return json.loads((out / "results.json").read_text())
+        overrides = stage_overrides(self.s, self.seed, stage="eval", algo="grpo")
+        overrides["data.path"] = str(self.data / f"{split}.json")
+        overrides["data.gold_ops"] = str(self.data / "gold_ops.json")
+        config = load_config(f"system={system},dataset=synthloco,runlocal", overrides)
+        manager = answer = None
+        if system == "memory_sft":
+            manager = answer = str(self.sft / "checkpoints")
+        elif system == "memory_r1":
+            manager = str(self.rl_manager / "checkpoints")
+            answer = str(self.rl_answer / "checkpoints")
+        return evaluate(
+            config,
+            hf_dir=str(self.sft_export),
+            manager_ckpt=manager,
+            answer_ckpt=answer,
+            embed_dir=None,
+            workdir=str(out),
+            overwrite=True,
+        )
+
+    # -- all of it -----------------------------------------------------------------------------
+
+    def run(self, split: str = "test") -> dict:
+        """Runs every stage; returns the seed's summary (results per system, timings)."""
+        start = time.perf_counter()
+        self._timed("data", self.make_data)
+        self._timed("tuples", self.make_tuples)
+        self._timed("traces", self.make_traces)
+        self._timed("tokenizer", self.make_tokenizer)
+        self._timed("base", self.make_base)
+        if self.s.copy_steps > 0:
+            self._timed("copy_data", self.make_copy_data)
+            self._timed("copy", self.train_copy)
+        self._timed("sft", self.train_sft)
+        self._timed(f"answer_{self.algo}", self.train_answer)
+        self._timed(f"manager_{self.algo}", self.train_manager)
+        results = {}
+        for system in SYSTEMS:
+            job = lambda system=system: self.evaluate(system, split)
+            results[system] = self._timed(f"eval_{system}", job)
+        self.timings["total"] = round(time.perf_counter() - start, 1)
+        summary = {
+            "seed": self.seed,
+            "algo": self.algo,
+            "split": split,
+            "timings_s": self.timings,
+            "trace_manager_mix": self.trace_mix,
+            "results": results,
+        }
+        (self.root / "timings.json").write_text(json.dumps(self.timings, indent=1) + "\n")
+        return summary

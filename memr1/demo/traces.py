@@ -1,0 +1,159 @@
+"""The SFT warm start's data: the imperfect teachers' replies on the training tuples, as JSONL.
+
+Every row is ``{"messages": [...], "target": "..."}``, the format ``python -m memr1.train``
+reads for ``algo=sft``. Prompts come from the tuples' own renderers (``ManagerTuple
+.manager_input``, ``AnswerTuple.answer_input``), targets from the agents' formatters
+(``format_manager_output``, ``format_answer_output``), so the warm-started policies learn exactly
+the text the pipeline and the RL stages will show them and parse from them.
+
+One policy is warm-started on both agents' traces (the prompts tell the two jobs apart), so that
+the demo has one "base model" to run the prompted baselines with, as the paper runs Mem0 and
+LoCoMo-RAG on an off-the-shelf instruction model. A share of the answer traces uses the
+no-distillation prompt (answer line only), the answer style of the Mem0 baseline.
+
+The paper starts from pretrained LLMs; the demo's backbone starts from random weights. So the
+warm start also carries "full-text" rows: an empty prompt and, as the target, the whole rendered
+trace (prompt and reply). Their loss covers every token, which teaches the language of the
+prompts and, above all, gives many more chances per step to learn to look things up in the
+context (a name in a header repeated in a memory, a city repeated in a fact) than the few reply
+tokens of a plain row. Measured on the validation split: with them, the warm start reads its
+prompts noticeably better for the same number of steps.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import random
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from memr1.agents.manager_io import format_manager_output
+from memr1.agents.prompts import to_prompt_text
+from memr1.data.tuples.schema import AnswerTuple, ManagerTuple
+from memr1.demo.answer_teacher import CarelessAnswerTeacher
+from memr1.demo.teacher import MemZeroLikeTeacher
+
+
+def manager_rows(
+    tuples: Iterable[ManagerTuple], teacher: MemZeroLikeTeacher, style: str
+) -> tuple[list[dict[str, Any]], collections.Counter]:
+    """One row per manager tuple: the teacher's ops for the turn, formatted as the reply.
+
+    Returns:
+      (rows, counts of the op mixes the teacher chose, e.g. "DELETE+ADD").
+    """
+    rows, mix = [], collections.Counter()
+    for t in tuples:
+        messages, id_map = t.manager_input(style=style)
+        ops = teacher(list(t.facts), list(t.retrieved))
+        mix["+".join(op.kind for op in ops) or "NOOP"] += 1
+        rows.append(
+            {"messages": messages, "target": format_manager_output(ops, id_map, style=style)}
+        )
+    return rows, mix
+
+
+def answer_rows(
+    tuples: Sequence[AnswerTuple],
+    teacher: CarelessAnswerTeacher,
+    style: str,
+    *,
+    direct_fraction: float,
+    seed: int,
+) -> list[dict[str, Any]]:
+    """One row per answer tuple with distillation, plus ``direct_fraction`` of them without."""
+    rows = []
+    for t in tuples:
+        memories = t.memories_by_speaker()
+        rows.append(
+            {
+                "messages": t.answer_input(distill=True, style=style),
+                "target": teacher.reply(t.question, memories, distill=True),
+            }
+        )
+    picked = random.Random(seed).sample(range(len(tuples)), int(direct_fraction * len(tuples)))
+    for i in sorted(picked):
+        t = tuples[i]
+        rows.append(
+            {
+                "messages": t.answer_input(distill=False, style=style),
+                "target": teacher.reply(t.question, t.memories_by_speaker(), distill=False),
+            }
+        )
+    return rows
+
+
+def full_text_rows(rows: Sequence[dict[str, Any]], fraction: float, seed: int) -> list[dict]:
+    """``fraction`` of ``rows`` as language-modelling rows: no prompt, the whole trace as target."""
+    picked = random.Random(seed).sample(range(len(rows)), int(fraction * len(rows)))
+    out = []
+    for i in sorted(picked):
+        text = to_prompt_text(rows[i]["messages"]) + rows[i]["target"]
+        out.append({"messages": [], "target": text})
+    return out
+
+
+def write_jsonl(path: str | os.PathLike, rows: Iterable[dict[str, Any]]) -> Path:
+    """Writes rows as JSONL under a temporary name, then renames it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def single_token_words(texts: Iterable[str], tokenizer: Any) -> list[str]:
+    """The words of ``texts`` that ``tokenizer`` encodes as one token, alone and after a space."""
+    words = sorted({w for text in texts for w in text.split() if w.isalpha()})
+    one = [
+        w
+        for w in words
+        if all(len(tokenizer.encode(x, add_special_tokens=False)) == 1 for x in (w, " " + w))
+    ]
+    if not one:
+        raise ValueError("single_token_words: no word of the texts is a single token")
+    return one
+
+
+def copy_rows(words: Sequence[str], n_rows: int, lengths: tuple[int, int], seed: int) -> list[dict]:
+    """Copy-task rows: the user turn is a random sequence of the corpus words, the reply repeats it.
+
+    A randomly initialised model learns the format and the word frequencies of the traces long
+    before it learns to look things up in its prompt: after 1,500 SFT steps on the traces alone
+    the tiny model wrote "Nadia's favorite food is pizza." for every fact, its prediction of the
+    name unchanged whatever name the prompt held. A random sequence can only be predicted by
+    copying it, so a few hundred steps on these rows form the attention circuits that copy
+    (induction heads); the SFT on the traces then starts from a model that can read its prompt.
+    """
+    if not words:
+        raise ValueError("copy_rows: no words to copy")
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n_rows):
+        sequence = " ".join(rng.choices(words, k=rng.randint(*lengths)))
+        # Listed after "- " and quoted in the reply, as a fact is listed in the manager's prompt
+        # and quoted in its JSON: byte-level BPE cuts the first word differently in the two
+        # (" Andrew" after the space, "Andrew" after the quote), and the rows teach that map too.
+        rows.append(
+            {"messages": [{"role": "user", "content": f"- {sequence}"}], "target": f'"{sequence}"'}
+        )
+    return rows
+
+
+def trace_texts(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """Prompt and target texts of rows (what the tokenizer should learn to cut well)."""
+    out = []
+    for row in rows:
+        out.append(to_prompt_text(row["messages"]))
+        out.append(row["target"])
+    return out

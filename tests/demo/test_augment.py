@@ -1,0 +1,50 @@
+"""Entity renaming keeps a trace row correct: one consistent permutation, whole words only."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from memr1.demo.augment import augment_rows, random_renaming, rename, rename_row
+
+LISTS = (("Andrew", "Jon", "Nadia"), ("Scout", "Toby"), ("Boston", "Denver"))
+
+
+def test_rename_is_simultaneous_and_whole_word():
+    mapping = {"Andrew": "Jon", "Jon": "Andrew", "Scout": "Toby", "Toby": "Scout"}
+    text = "Andrew's dog Scout met Jon and Toby; Jonathan and Scouting stay."
+    assert (
+        rename(text, mapping) == "Jon's dog Toby met Andrew and Scout; Jonathan and Scouting stay."
+    )
+
+
+def test_random_renaming_permutes_within_each_list():
+    mapping = random_renaming(LISTS, random.Random(3))
+    for words in LISTS:
+        assert sorted(mapping[w] for w in words) == sorted(words)
+    assert set(mapping) == {w for words in LISTS for w in words}
+
+
+def test_rename_row_applies_one_mapping_to_prompt_and_target():
+    row = {
+        "messages": [{"role": "user", "content": "Fact: Andrew moved to Boston."}],
+        "target": '{"memory": [{"id": "0", "text": "Andrew moved to Boston.", "event": "ADD"}]}',
+    }
+    mapping = {"Andrew": "Nadia", "Nadia": "Andrew", "Boston": "Denver", "Denver": "Boston"}
+    out = rename_row(row, mapping)
+    assert out["messages"] == [{"role": "user", "content": "Fact: Nadia moved to Denver."}]
+    assert "Nadia moved to Denver." in out["target"]
+    assert row["messages"][0]["content"] == "Fact: Andrew moved to Boston."  # input untouched
+
+
+def test_augment_rows_renames_about_the_requested_share():
+    rows = [{"messages": [{"role": "user", "content": "Andrew"}], "target": "Andrew"}] * 400
+    out = augment_rows(rows, LISTS, 0.5, seed=0)
+    renamed = sum(r["target"] != "Andrew" for r in out)
+    # A renamed row keeps "Andrew" when the permutation fixes it (1 in 3), so ~1/3 of the rows.
+    assert 0.25 < renamed / len(rows) < 0.42
+    assert all(r["messages"][0]["content"] == r["target"] for r in out)
+    assert augment_rows(rows, LISTS, 0.0, seed=0) == rows
+    with pytest.raises(ValueError, match="fraction"):
+        augment_rows(rows, LISTS, 1.5, seed=0)

@@ -1,0 +1,64 @@
+"""The demo end to end in its quick form: every stage runs, every output is written and sane.
+
+Nothing learns in a few steps, so the numbers are only checked to be in range; the point is that
+the real command lines (memr1.train for SFT and both RL stages, memr1.evaluate for the four
+systems) run on what the demo hands them, and that the report and figures come out.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from memr1.demo import report
+from memr1.demo.__main__ import main
+from memr1.demo.run import SYSTEMS
+from memr1.train.metrics_log import read_jsonl
+
+
+def test_quick_demo_writes_every_output(tmp_path, capsys):
+    workdir = tmp_path / "demo"
+    assert main(["--quick", "--workdir", str(workdir)]) == 0
+    printed = capsys.readouterr().out
+    assert "EM gain of memory_r1 over memory_sft" in printed
+    assert str(workdir / "results.md") in printed
+
+    results_md = (workdir / "results.md").read_text()
+    assert all(f"| {system} |" in results_md for system in SYSTEMS)
+    for name in ("reward_curves", "em_by_system", "op_mix"):
+        png = workdir / "plots" / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    seed = workdir / "seed-0"
+    summary = json.loads((seed / "summary.json").read_text())
+    assert summary["split"] == "test" and set(summary["results"]) == set(SYSTEMS)
+    for system, results in summary["results"].items():
+        scores = results["scores"]["overall"]["scores"]
+        assert all(0.0 <= scores[m] <= 1.0 for m in ("f1", "bleu1", "em")), system
+        assert (seed / "eval" / "test" / system / "predictions.jsonl").is_file()
+    for system in ("mem0", "memory_sft", "memory_r1"):
+        accuracy = report.op_accuracy(summary["results"][system])
+        assert accuracy is not None and 0.0 <= accuracy <= 1.0
+    assert math.isfinite(report.em_gain(summary))
+    assert summary["timings_s"]["total"] > 0
+
+    # Each training stage logged finite metrics and saved an Orbax checkpoint.
+    stages = (("copy", "train/loss"), ("sft", "train/loss"), ("answer_grpo", "train/reward"))
+    for stage, key in stages:
+        records = read_jsonl(seed / stage / "logs" / "metrics.jsonl")
+        assert records and all(math.isfinite(r[key]) for r in records)
+        assert any((seed / stage / "checkpoints").iterdir())
+    rewards = [r["train/reward"] for r in read_jsonl(seed / "manager_grpo/logs/metrics.jsonl")]
+    assert rewards and all(0.0 <= r <= 1.0 for r in rewards)
+
+    # The warm start's traces: JSONL of {messages, target}, manager and answer rows both present.
+    rows = [json.loads(line) for line in open(seed / "traces" / "sft.jsonl", encoding="utf-8")]
+    targets = [row["target"] for row in rows]
+    assert any(t.startswith('{"memory"') for t in targets)
+    assert any("**Answer:**" in t for t in targets)
+
+    # A second run resumes: every stage finds its output and nothing is trained again.
+    assert main(["--quick", "--workdir", str(workdir)]) == 0
+    again = json.loads((seed / "summary.json").read_text())
+    assert again["results"]["memory_r1"]["scores"] == summary["results"]["memory_r1"]["scores"]
+    assert again["timings_s"]["total"] < summary["timings_s"]["total"]

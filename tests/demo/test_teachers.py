@@ -1,0 +1,176 @@
+"""The demo's rule-based teachers: what they do on the cases the demo is built around."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from memr1.agents.answer_io import extract_distilled, extract_final_answer
+from memr1.agents.manager_io import (
+    ADD,
+    DELETE,
+    UPDATE,
+    format_manager_output,
+    parse_manager_output,
+    render_manager_input,
+)
+from memr1.data.tuples.banks import check_teacher_ops
+from memr1.demo.answer_teacher import UNKNOWN, CarelessAnswerTeacher
+from memr1.demo.teacher import ManagerRates, MemZeroLikeTeacher
+
+TOBY = "Andrew adopted a dog named Toby yesterday."
+BUDDY = "Andrew adopted another dog named Buddy today."
+ROME = "Andrew is planning a trip to Rome."
+CANCEL = "Andrew cancelled the trip to Rome."
+ALWAYS_MERGE = ManagerRates(list_merge=1.0, list_delete_add=0.0)
+ALWAYS_DELETE_ADD = ManagerRates(list_merge=0.0, list_delete_add=1.0)
+
+
+def _kinds(ops):
+    return [(op.kind, op.target) for op in ops]
+
+
+def test_list_item_merged_when_the_teacher_merges():
+    retrieved = [(7, TOBY), (2, "Andrew lives in Boston.")]
+    ops = MemZeroLikeTeacher(0, ALWAYS_MERGE)([BUDDY], retrieved)
+    assert _kinds(ops) == [(UPDATE, 7)]
+    assert ops[0].text == "Andrew has two dogs: Toby and Buddy."
+    merged = [(7, ops[0].text)]
+    third = MemZeroLikeTeacher(0, ALWAYS_MERGE)(
+        ["Andrew adopted another dog named Max two days ago."], merged
+    )
+    assert third[0].text == "Andrew has three dogs: Toby, Buddy and Max."
+
+
+def test_list_item_delete_add_loses_the_earlier_items():
+    ops = MemZeroLikeTeacher(0, ALWAYS_DELETE_ADD)([BUDDY], [(7, TOBY)])
+    assert _kinds(ops) == [(DELETE, 7), (ADD, None)]
+    assert ops[1].text == BUDDY  # the new item alone: Toby is gone from the bank
+
+
+def test_list_item_default_mix_is_mostly_wrong_and_mostly_delete_add():
+    # The Figure 1 failure must be the teacher's MODAL behaviour, so that a policy cloned from it
+    # and decoded greedily makes it too; the merge must stay common enough for RL to find.
+    mix = collections.Counter()
+    for seed in range(400):
+        ops = MemZeroLikeTeacher(seed)([BUDDY], [(7, TOBY)])
+        mix["+".join(op.kind for op in ops)] += 1
+    assert set(mix) == {"UPDATE", "DELETE+ADD", "ADD"}
+    assert mix.most_common(1)[0][0] == "DELETE+ADD"
+    assert mix["UPDATE"] >= 80
+
+
+def test_cancelled_plan_is_deleted_or_added_as_a_new_memory():
+    forced = MemZeroLikeTeacher(0, ManagerRates(cancel_delete=1.0))([CANCEL], [(3, ROME)])
+    assert _kinds(forced) == [(DELETE, 3)]
+    kept = MemZeroLikeTeacher(0, ManagerRates(cancel_delete=0.0))([CANCEL], [(3, ROME)])
+    assert _kinds(kept) == [(ADD, None)] and kept[0].text == CANCEL
+    mix = collections.Counter(
+        _kinds(MemZeroLikeTeacher(seed)([CANCEL], [(3, ROME)]))[0][0] for seed in range(200)
+    )
+    assert mix[ADD] > mix[DELETE] > 0
+
+
+def test_related_memory_must_be_the_same_person_and_key():
+    other_person = [(4, "Maria adopted a dog named Toby yesterday.")]
+    assert _kinds(MemZeroLikeTeacher(0, ALWAYS_MERGE)([BUDDY], other_person)) == [(ADD, None)]
+    assert _kinds(MemZeroLikeTeacher(0)([TOBY], [])) == [(ADD, None)]
+    repeat = MemZeroLikeTeacher(0, ManagerRates(repeat_noop=1.0))
+    assert repeat(["Andrew has a dog named Toby."], [(7, TOBY)]) == []
+
+
+def test_teacher_is_deterministic_and_its_ops_format_and_parse_back():
+    retrieved = [(7, TOBY), (9, ROME)]
+    teacher = MemZeroLikeTeacher(3)
+    for facts in ([BUDDY], [CANCEL], [BUDDY, CANCEL]):
+        ops = teacher(facts, retrieved)
+        assert ops == teacher(facts, retrieved)
+        check_teacher_ops(ops, retrieved, "test")
+        _, id_map = render_manager_input(facts, retrieved, style="compact")
+        text = format_manager_output(ops, id_map, style="compact")
+        parsed = parse_manager_output(text, id_map, new_fact_count=len(facts))
+        assert parsed.num_valid == len(ops)
+        assert [(op.kind, op.target, op.text) for op in parsed.effective()] == [
+            (op.kind, op.target, op.text) for op in ops
+        ]
+
+
+OLD_CITY = ("3:10 pm on 2 March, 2023", "Andrew lives in Boston.")
+NEW_CITY = ("9:05 am on 8 May, 2023", "Andrew moved from Boston to Denver yesterday.")
+MARIA = ("9:05 am on 8 May, 2023", "Maria's favorite food is sushi.")
+
+
+def _memories(*andrew, maria=(MARIA,)):
+    return {"Andrew": list(andrew), "Maria": list(maria)}
+
+
+def test_answer_teacher_reply_parses_and_distils_the_memory_it_used():
+    teacher = CarelessAnswerTeacher(0)
+    reply = teacher.reply("Where does Andrew live?", _memories(NEW_CITY), distill=True)
+    assert extract_final_answer(reply) == ("Denver", False)
+    assert extract_distilled(reply) == ["Andrew moved from Boston to Denver yesterday"]
+    direct = teacher.reply("Where does Andrew live?", _memories(NEW_CITY), distill=False)
+    assert direct == "**Answer:** Denver"
+    assert extract_final_answer(direct) == ("Denver", False)
+
+
+def test_answer_teacher_prefers_the_stale_memory():
+    # Retrieval puts the current memory first; the teacher still reads the oldest one.
+    stale = CarelessAnswerTeacher(0, stale_bias=1.0)
+    assert stale("Where does Andrew live?", _memories(NEW_CITY, OLD_CITY)) == (
+        ["Andrew lives in Boston."],
+        "Boston",
+    )
+    picks = collections.Counter(
+        CarelessAnswerTeacher(seed)("Where does Andrew live?", _memories(NEW_CITY, OLD_CITY))[1]
+        for seed in range(200)
+    )
+    assert picks["Boston"] > picks["Denver"] > 0
+
+
+@pytest.mark.parametrize(
+    "question, memories, answer",
+    [
+        (
+            "When did Andrew adopt Toby?",
+            [("1:56 pm on 8 May, 2023", "Andrew adopted a dog named Toby yesterday.")],
+            "7 May 2023",
+        ),
+        (
+            "How many dogs does Andrew have?",
+            [("1:56 pm on 8 May, 2023", "Andrew has two dogs: Toby and Buddy.")],
+            "two",
+        ),
+        (
+            "What are the names of Andrew's dogs?",
+            [("1:56 pm on 8 May, 2023", "Andrew has two dogs: Toby and Buddy.")],
+            "Toby and Buddy",
+        ),
+        (
+            "Which gift would suit Andrew better, a cat toy or a dog toy?",
+            [("1:56 pm on 8 May, 2023", "Andrew adopted a dog named Toby yesterday.")],
+            "a dog toy",
+        ),
+        (
+            "Which would Andrew enjoy more, a bookstore or a national park?",
+            [("1:56 pm on 8 May, 2023", "Andrew enjoys painting and hiking.")],
+            "a national park",
+        ),
+        ("What is Andrew's favorite food?", [], UNKNOWN),
+        ("Is this a question the generator writes?", [NEW_CITY], UNKNOWN),
+    ],
+)
+def test_answer_teacher_reads_each_question_kind(question, memories, answer):
+    reply = CarelessAnswerTeacher(0).reply(question, _memories(*memories), distill=True)
+    assert extract_final_answer(reply) == (answer, False)
+
+
+def test_answer_teacher_joint_question_reads_both_speakers():
+    memories = {
+        "Andrew": [("1:56 pm on 8 May, 2023", "Andrew has two dogs: Toby and Buddy.")],
+        "Maria": [("1:56 pm on 8 May, 2023", "Maria adopted a cat named Luna today.")],
+    }
+    teacher = CarelessAnswerTeacher(0)
+    assert teacher("How many pets do Andrew and Maria have in total?", memories)[1] == "three"
+    assert teacher("Who has more pets, Maria or Andrew?", memories)[1] == "Andrew"
