@@ -32,8 +32,9 @@ format: install
 test: lint
 	JAX_PLATFORMS=cpu $(VENV)/bin/pytest -n 2 --dist loadfile -q $(PYTEST_ARGS)
 
+# The learning demo (memr1/demo): SEEDS=3 runs three seeds and prints the EM gain as mean ± std.
 demo: install
-	JAX_PLATFORMS=cpu $(PY) -m memr1.quickstart
+	JAX_PLATFORMS=cpu $(PY) -m memr1.demo --seeds $(SEEDS)
 
 clean:
 	rm -rf $(VENV) work .pytest_cache
