@@ -141,12 +141,10 @@ def copy_rows(words: Sequence[str], n_rows: int, lengths: tuple[int, int], seed:
     rows = []
     for _ in range(n_rows):
         sequence = " ".join(rng.choices(words, k=rng.randint(*lengths)))
-        # Listed after "- " and quoted in the reply, as a fact is listed in the manager's prompt
-        # and quoted in its JSON: byte-level BPE cuts the first word differently in the two
-        # (" Andrew" after the space, "Andrew" after the quote), and the rows teach that map too.
-        rows.append(
-            {"messages": [{"role": "user", "content": f"- {sequence}"}], "target": f'"{sequence}"'}
-        )
+        # Plain rows: the listed-and-quoted variant ("- w1 w2" -> '"w1 w2"', as a fact is listed
+        # and then quoted in the manager's JSON) showed no phase change in 600 steps where these
+        # did at 300-450 (docs/demo.md, items 5, 7 and 9).
+        rows.append({"messages": [{"role": "user", "content": sequence}], "target": sequence})
     return rows
 
 

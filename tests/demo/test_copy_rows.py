@@ -16,9 +16,8 @@ def test_copy_rows_repeat_the_prompt_with_lengths_in_range():
     assert len(rows) == 200
     for row in rows:
         (message,) = row["messages"]
-        assert message["role"] == "user" and message["content"].startswith("- ")
-        assert row["target"] == f'"{message["content"][2:]}"'
-        seq = row["target"].strip('"').split()
+        assert message["role"] == "user" and message["content"] == row["target"]
+        seq = row["target"].split()
         assert 3 <= len(seq) <= 7 and set(seq) <= set(words)
     assert rows == copy_rows(words, 200, (3, 7), seed=1)
     assert rows != copy_rows(words, 200, (3, 7), seed=2)
