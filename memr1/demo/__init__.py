@@ -7,5 +7,6 @@ answer_teacher the careless Answer Agent teacher (imperfect by design)
 traces         the SFT warm start's JSONL rows from the teachers' replies (+ copy warm-up rows)
 augment        entity renaming of trace rows (copying becomes the only way to be right)
 run            one seed, stage by stage, through the train and evaluate entry points
+commands       the config overrides per stage and the train subprocess
 report, plots  results.md and the figures, read from the runs' own files
 """

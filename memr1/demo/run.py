@@ -19,10 +19,6 @@ Orbax checkpoint). Wall time per stage goes to ``timings.json``.
 from __future__ import annotations
 
 import json
-import os
-import shlex
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,102 +28,13 @@ from memr1.data.split import split_conversations
 from memr1.data.synthloco import generate as synth
 from memr1.demo import augment, traces
 from memr1.demo.answer_teacher import CarelessAnswerTeacher
+from memr1.demo.commands import config_flags, load_config, run_module, stage_overrides
 from memr1.demo.settings import DemoSettings
 from memr1.demo.teacher import MemZeroLikeTeacher
 from memr1.train.checkpoint import COMMIT_MARKER
 
 SYSTEMS = ("locomo_rag", "mem0", "memory_sft", "memory_r1")
 PRESET_NAME = "memr1.demo"
-
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CONFIG_FILE = REPO_ROOT / "configs" / "memr1.py"
-
-
-def stage_overrides(s: DemoSettings, seed: int, *, stage: str, algo: str) -> dict[str, Any]:
-    """The fields of configs/memr1.py's runlocal variant that the demo resizes, by dotted name."""
-    o: dict[str, Any] = {
-        "seed": int(seed),
-        "agents.style": "compact",
-        "agents.batch_size": s.eval_batch,
-        "agents.max_prompt_tokens": 512,
-        "agents.manager_max_new_tokens": s.manager_max_new,
-        "agents.answer_max_new_tokens": s.answer_max_new,
-        "memory.capacity": s.capacity,
-        "memory.text_bytes": s.text_bytes,
-        "memory.retriever": "exact_numpy",
-        "memory.fact_source": "observation",
-        "memory.k_per_fact": s.k_per_fact,
-        "memory.k_per_speaker": s.k_per_speaker,
-        "train.kl_beta": s.kl_beta,
-        "train.keep": 1,
-        "train.warmup_steps": 5,
-    }
-    if algo == "copy":
-        o.update({"train.steps": s.copy_steps, "train.batch_size": s.copy_batch})
-        o.update({"train.lr": s.copy_lr, "train.warmup_steps": 20})
-        o["train.checkpoint_every"] = s.copy_steps
-        # A word is one to three tokens: 3 tokens a word bounds prompt + reply.
-        o["train.sft_length"] = -(-(3 * s.copy_words[1] + 16) // 16) * 16
-    elif algo == "sft":
-        o.update({"train.steps": s.sft_steps, "train.batch_size": s.sft_batch})
-        o.update({"train.lr": s.sft_lr, "train.warmup_steps": 10})
-        o["train.checkpoint_every"] = s.sft_steps
-    elif stage == "answer":
-        o.update({"train.steps": s.answer_steps, "train.batch_size": s.answer_batch})
-        o.update({"train.lr": s.answer_lr, "train.group_size": s.group})
-        o.update({"train.max_new_tokens": s.answer_max_new})
-        o["train.checkpoint_every"] = s.answer_steps
-        # The rollout pads its prompts to the sampler's batch: B prompts, G samples each.
-        o["agents.batch_size"] = s.answer_batch
-    elif stage == "manager":
-        o.update({"train.steps": s.manager_steps, "train.batch_size": s.manager_batch})
-        o.update({"train.lr": s.manager_lr, "train.group_size": s.group})
-        o.update({"train.max_new_tokens": s.manager_max_new})
-        o["train.answer_max_new_tokens"] = s.answer_max_new
-        o["train.checkpoint_every"] = s.manager_steps
-        # The frozen answerer answers the G candidate banks of a state in one call.
-        o["agents.batch_size"] = s.group
-    if algo == "ppo":
-        o["train.critic_lr"] = 10 * (s.answer_lr if stage == "answer" else s.manager_lr)
-    return o
-
-
-def load_config(arg: str, overrides: dict[str, Any]):
-    """configs/memr1.py's config for ``arg`` with the overrides set (a typo'd field raises)."""
-    try:
-        from configs import memr1 as memr1_config
-    except ModuleNotFoundError:  # run from outside the repository root
-        sys.path.insert(0, str(REPO_ROOT))
-        from configs import memr1 as memr1_config
-    config = memr1_config.get_config(arg)
-    for dotted, value in overrides.items():
-        *parents, name = dotted.split(".")
-        section = config
-        for part in parents:
-            section = section[part]
-        section[name] = value
-    return config
-
-
-def config_flags(arg: str, overrides: dict[str, Any]) -> list[str]:
-    """``--config`` and one ``--config.<field>=<value>`` flag per override."""
-    flags = [f"--config={CONFIG_FILE}:{arg}"]
-    return flags + [f"--config.{k}={v}" for k, v in overrides.items()]
-
-
-def run_module(module: str, args: list[str], log: Callable[[str], None]) -> None:
-    """Runs ``python -m module args`` from the repository root (its output goes to the console).
-
-    Each stage runs as the very command line a user would type, in its own process: the train
-    and evaluate CLIs are absl programs whose flags cannot share one process, and a fresh
-    process also hands every stage's memory back when it ends.
-    """
-    command = [sys.executable, "-m", module, *args]
-    log("$ " + " ".join(shlex.quote(a) for a in command))
-    done = subprocess.run(command, cwd=REPO_ROOT, env=os.environ.copy(), check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"python -m {module} failed with exit code {done.returncode}")
 
 
 class SeedRun:
@@ -236,14 +143,18 @@ class SeedRun:
         traces.write_jsonl(self.sft_data, rows)
         mix_file.write_text(json.dumps(self.trace_mix, indent=1) + "\n")
 
+    def trace_texts(self) -> list[str]:
+        """Prompt and target texts of the written SFT traces."""
+        with open(self.sft_data, encoding="utf-8") as f:
+            return traces.trace_texts(json.loads(line) for line in f)
+
     def make_tokenizer(self) -> None:
         from memr1.models.tokenizer_train import train_bpe_tokenizer
 
         if (self.tokenizer / "tokenizer.json").is_file():
             return
         texts = [t.text for c in self.conversations("train") for t in c.iter_turns()]
-        with open(self.sft_data, encoding="utf-8") as f:
-            texts += traces.trace_texts(json.loads(line) for line in f)
+        texts += self.trace_texts()
         train_bpe_tokenizer(texts, self.tokenizer, vocab_size=self.s.vocab_size)
 
     def make_base(self) -> None:
@@ -284,9 +195,7 @@ class SeedRun:
         if self.copy_data.is_file():
             return
         tok = load_tokenizer(self.tokenizer)
-        with open(self.sft_data, encoding="utf-8") as f:
-            texts = traces.trace_texts(json.loads(line) for line in f)
-        words = traces.single_token_words(texts, tok)
+        words = traces.single_token_words(self.trace_texts(), tok)
         n_rows = self.s.copy_steps * self.s.copy_batch // 2 + 1
         traces.write_jsonl(
             self.copy_data, traces.copy_rows(words, n_rows, self.s.copy_words, self.seed)

@@ -73,11 +73,10 @@ OUTPUTS = [
 ]
 
 
-def test_rewards_follow_the_bank_each_candidate_builds():
-    answerer = RuleAnswerer()
-    rewards, parsed = mr.manager_rewards(
-        STATE,
-        OUTPUTS,
+def _rewards(state, outputs, answerer):
+    return mr.manager_rewards(
+        state,
+        outputs,
         answerer=answerer,
         embed=bag_of_words,
         k_per_speaker=5,
@@ -85,6 +84,11 @@ def test_rewards_follow_the_bank_each_candidate_builds():
         text_bytes=96,
         key=jax.random.key(0),
     )
+
+
+def test_rewards_follow_the_bank_each_candidate_builds():
+    answerer = RuleAnswerer()
+    rewards, parsed = _rewards(STATE, OUTPUTS, answerer)
     np.testing.assert_array_equal(rewards, [1.0, 0.0, 0.0, 0.0])
     assert [op.kind for op in parsed[0] if op.invalid is None] == ["UPDATE"]
     assert parsed[3][0].invalid == "unknown_id"
@@ -100,16 +104,7 @@ def test_a_malformed_reply_scores_zero_where_doing_nothing_scores_the_bank():
         "I think we should update things",  # unparseable
         '{"memory": [{"id": "0", "text": "Andrew has a do',  # cut off before any whole entry
     ]
-    rewards, parsed = mr.manager_rewards(
-        state,
-        outputs,
-        answerer=RuleAnswerer(),
-        embed=bag_of_words,
-        k_per_speaker=5,
-        capacity=16,
-        text_bytes=96,
-        key=jax.random.key(0),
-    )
+    rewards, parsed = _rewards(state, outputs, RuleAnswerer())
     np.testing.assert_array_equal(rewards, [1.0, 1.0, 0.0, 0.0])
     assert [mr.is_malformed(ops) for ops in parsed] == [False, False, True, True]
 
@@ -129,14 +124,5 @@ def test_vmapped_candidates_equal_a_python_loop():
 
 def test_no_linked_questions_gives_zero_reward():
     state = mr.ManagerState(**{**STATE.__dict__, "qa": ()})
-    rewards, _ = mr.manager_rewards(
-        state,
-        OUTPUTS[:2],
-        answerer=RuleAnswerer(),
-        embed=bag_of_words,
-        k_per_speaker=5,
-        capacity=16,
-        text_bytes=96,
-        key=jax.random.key(0),
-    )
+    rewards, _ = _rewards(state, OUTPUTS[:2], RuleAnswerer())
     np.testing.assert_array_equal(rewards, [0.0, 0.0])
