@@ -44,7 +44,15 @@ class ModelConfig:
     max_position: int = 32_768
     param_dtype: str = "float32"
     dtype: str = "float32"  # compute dtype of matmuls and activations
+    # Recompute each block's activations in the backward pass instead of storing them.
     remat: bool = False
+    # Run the blocks of a cache-free forward pass (training, scoring) as one `lax.scan` over
+    # their stacked weights. XLA:CPU removes the optimisation barriers of `jax.checkpoint` early
+    # (its cse_barrier_expander pass, before scheduling), so in the unrolled layer loop each
+    # block's recomputation is merged back or hoisted and remat saves almost nothing; a scan's
+    # backward loop can only recompute one block per iteration. The stored parameters keep
+    # their per-layer layout; see `Transformer._scan_blocks` and docs/benchmarks.md.
+    scan_layers: bool = False
 
     def __post_init__(self):
         if self.family not in ("qwen2", "llama"):

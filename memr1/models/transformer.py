@@ -9,6 +9,10 @@ Attention takes an explicit boolean mask [B, T, S] (query position t may read ke
 the caller from left/right padding and causality (see `memr1.models.masks`). With a KV cache, the
 T new keys/values are written at slots [cache_index, cache_index + T) of a preallocated
 [B, K, S, N] buffer and attention reads all S slots through the mask.
+
+With `cfg.scan_layers`, a forward pass without a cache runs the blocks as one `lax.scan` over
+their weights stacked inside the call (the parameters keep one `Block` per layer); that is what
+makes `cfg.remat` bound activation memory on XLA:CPU (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -166,6 +170,8 @@ class Transformer(nnx.Module):
         dt = self.cfg.jnp_dtype
         x_BTD = jnp.take(self.embed[...], tokens_BT, axis=0).astype(dt)
         x_BTD = constrain(x_BTD, ("batch", "length", "embed"))
+        if self.cfg.scan_layers and cache is None:
+            return self.final_norm(self._scan_blocks(x_BTD, positions_BT, mask_BTS)), None
         new_cache = [] if cache is not None else None
         for i, layer in enumerate(self.layers):
             layer_cache = None if cache is None else cache[i]
@@ -179,6 +185,47 @@ class Transformer(nnx.Module):
             if new_cache is not None:
                 new_cache.append(c)
         return self.final_norm(x_BTD), new_cache
+
+    def _scan_blocks(self, x_BTD, positions_BT, mask_BTS) -> jax.Array:
+        """The blocks as one `lax.scan` over their weights stacked along a leading layer axis.
+
+        The model keeps one `Block` per layer (checkpoints, HF import/export and LoRA paths see
+        the per-layer layout); the stacked copy exists only inside the traced call, and the
+        gradient of `jnp.stack` hands each layer its own slice back. With `cfg.remat` the scanned
+        body is checkpointed, so the forward loop stores only each block's input [B, T, D] and
+        the backward loop recomputes one block per iteration: a loop body cannot be hoisted the
+        way XLA:CPU hoists the recomputations of an unrolled layer loop.
+        """
+        graphdef = nnx.graphdef(self.layers[0])
+        layers = [
+            jax.tree.flatten(nnx.state(layer), is_leaf=lambda v: isinstance(v, nnx.Variable))
+            for layer in self.layers
+        ]
+        var_treedef = layers[0][1]
+        for i, (_, treedef) in enumerate(layers):
+            if treedef != var_treedef:
+                raise ValueError(
+                    f"scan_layers needs blocks with the same parameters, but layer {i} differs "
+                    "from layer 0 (e.g. LoRA on some layers only): turn scan_layers off"
+                )
+        stacked = []
+        for variables in zip(*(v for v, _ in layers), strict=True):
+            names = variables[0].get_metadata().get("out_sharding") or ()
+            value = jnp.stack([v.get_value() for v in variables])
+            if len(names) == value.ndim - 1:  # the layer axis is not sharded
+                value = constrain(value, (None, *names))
+            stacked.append(variables[0].replace(value=value))
+
+        def body(x_BTD, variables):
+            block = nnx.merge(graphdef, jax.tree.unflatten(var_treedef, variables))
+            return block(x_BTD, positions_BT, mask_BTS, None, 0)[0], None
+
+        if self.cfg.remat:
+            # Inside a scan the recomputation cannot be merged with the forward pass, so the
+            # CSE barrier is not needed (and would only restrict XLA, see `jax.checkpoint`).
+            body = jax.checkpoint(body, prevent_cse=False)
+        x_BTD, _ = jax.lax.scan(body, x_BTD, stacked)
+        return x_BTD
 
     def unembed(self, h_BTD: jax.Array) -> jax.Array:
         """Projects hidden states to vocabulary logits [B, T, V] in float32."""

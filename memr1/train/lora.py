@@ -81,9 +81,10 @@ def module_fn(cfg: ModelConfig, lora: LoraConfig, seed: int = 0) -> Callable[[],
         from memr1.models import masks
         from memr1.models.transformer import Transformer
 
-        model = Transformer(cfg, nnx.Rngs(params=seed))
         # qwix creates the adapters during one call on example inputs (their shapes do not
-        # matter beyond being valid for the model).
+        # matter beyond being valid for the model). That call runs the layers one by one: in a
+        # `scan_layers` scan each block is a temporary copy, whose new adapters would be lost.
+        model = Transformer(cfg.replace(scan_layers=False), nnx.Rngs(params=seed))
         valid = jnp.ones((1, 2), bool)
         provider = qwix.LoraProvider(
             module_path=lora.module_path, rank=int(lora.rank), alpha=float(lora.alpha)
@@ -96,6 +97,7 @@ def module_fn(cfg: ModelConfig, lora: LoraConfig, seed: int = 0) -> Callable[[],
             masks.causal_mask(valid),
             rngs=nnx.Rngs(seed + 10_003),
         )
+        adapted.cfg = cfg  # the blocks read only shapes and dtypes, which are the same
         n = sum(1 for _ in nnx.to_flat_state(nnx.state(adapted, nnx.LoRAParam)))
         if n == 0:
             raise ValueError(
