@@ -13,15 +13,29 @@ from ml_collections import config_dict
 
 
 def model_section(
-    size: str, *, dtype: str = "bfloat16", param_dtype: str = "float32", remat: bool = False
+    size: str,
+    *,
+    dtype: str = "bfloat16",
+    param_dtype: str = "float32",
+    remat: bool = False,
+    scan_layers: bool = False,
 ) -> ml_collections.ConfigDict:
     """The backbone: a size name from `memr1.models.config.SIZES` plus numerics overrides.
 
     `dtype` is the compute dtype of matmuls and activations; `param_dtype` the storage dtype
     of the weights (float32 master weights for training, bfloat16 is enough for sampling).
+    `remat` recomputes each block in the backward pass; `scan_layers` runs the blocks as one
+    `lax.scan`, without which XLA:CPU keeps every block's activations despite remat (see
+    `memr1.models.config.ModelConfig` and docs/benchmarks.md).
     """
     return ml_collections.ConfigDict(
-        {"size": size, "dtype": dtype, "param_dtype": param_dtype, "remat": remat}
+        {
+            "size": size,
+            "dtype": dtype,
+            "param_dtype": param_dtype,
+            "remat": remat,
+            "scan_layers": scan_layers,
+        }
     )
 
 

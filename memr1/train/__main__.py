@@ -154,7 +154,7 @@ def prepare_models(config, *, hf_dir, init_checkpoint=None, answer_checkpoint=No
         seed=config.seed,
         mesh=m,
     )
-    model_cfg = backbone.cfg.replace(remat=config.model.remat)
+    model_cfg = backbone.cfg.replace(remat=config.model.remat, scan_layers=config.model.scan_layers)
     like = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), backbone.params
     )
