@@ -35,10 +35,12 @@ backbone as loaded and the frozen Answer Agent.
 Check against XLA's own plan (`compiled.memory_analysis()` of the real GRPO step, tiny model
 with one block, 2 rows x 1024 tokens, float32, CPU): 195 MiB estimated (activations 190.5 +
 gradients 4.6) against 208 MiB of XLA temporaries, which also hold the optimiser's. With
-several blocks in the unrolled layer loop, XLA:CPU schedules every block's recomputation early
-and its temporaries grow by one block's worth per layer, as if there were no remat; whether
-XLA:GPU does the same must be read off a GPU run (`tools/bench_train.py --gpu` reports XLA's
-temporaries and the peak).
+several blocks this holds on XLA:CPU only with `model.scan_layers`: in the unrolled layer loop
+XLA:CPU drops remat's optimisation barriers before scheduling and keeps every block's
+activations, as if there were no remat (`tools/remat_memory.py`, docs/benchmarks.md). Under
+`scan_layers` each layer also costs a stacked copy of its weights and their stacked gradient,
+which this estimate leaves out. Whether XLA:GPU needs the scan must be read off a GPU run
+(`tools/bench_train.py --gpu` reports XLA's temporaries and the peak).
 """
 
 from __future__ import annotations
