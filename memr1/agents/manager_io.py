@@ -96,6 +96,11 @@ def _json_rows(items: Sequence) -> str:
     return f"[\n{rows}\n]"
 
 
+def _quoted(text: str) -> str:
+    """One line of text as a JSON string, the form it takes in the reply's "text" field."""
+    return json.dumps(one_line(text), ensure_ascii=False)
+
+
 def render_manager_input(
     facts: Sequence[str],
     retrieved: Sequence[tuple[int, str]],
@@ -131,8 +136,11 @@ def render_manager_input(
         memories = _json_rows([{"id": str(i), "text": text} for i, text in shown])
         fact_block = _json_rows(list(facts))
     else:
-        memories = "\n".join(f"{i}: {one_line(text)}" for i, text in shown) or "(none)"
-        fact_block = "\n".join(f"- {one_line(fact)}" for fact in facts) or "(none)"
+        # Quoted as the reply will quote them: a byte-level BPE cuts "Nadia after a quote and
+        # " Nadia" after a space into different tokens, so an unquoted fact would have to be
+        # copied into the JSON reply through a change of token (docs/demo.md).
+        memories = "\n".join(f"{i}: {_quoted(text)}" for i, text in shown) or "(none)"
+        fact_block = "\n".join(f"- {_quoted(fact)}" for fact in facts) or "(none)"
     if session_date is None:
         date_line = ""
     elif style == "full":

@@ -138,7 +138,8 @@ def test_manager_input_renumbers_ids(style):
             {"id": "2", "text": "Priya swims"},
         ]
     else:
-        assert "0: Priya has a cat called Miso\n1: Priya likes tea\n2: Priya swims" in body
+        shown = '0: "Priya has a cat called Miso"\n1: "Priya likes tea"\n2: "Priya swims"'
+        assert shown in body
     assert system["content"] == get_template("manager", style).system
 
 
@@ -204,5 +205,5 @@ def test_format_manager_output_rejects_unretrieved_targets():
 
 def test_compact_manager_input_keeps_one_memory_per_line():
     (_, user), _ = render_manager_input(["a\nfact"], [(5, "two\nlines")], style="compact")
-    assert "0: two lines\n" in user["content"]
-    assert "- a fact" in user["content"]
+    assert '0: "two lines"\n' in user["content"]
+    assert '- "a fact"' in user["content"]
