@@ -7,13 +7,23 @@ systems) run on what the demo hands them, and that the report and figures come o
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+from pathlib import Path
 
 from memr1.demo import report
 from memr1.demo.__main__ import main
 from memr1.demo.run import SYSTEMS
 from memr1.train.metrics_log import read_jsonl
+
+
+def _load_tool(name: str):
+    path = Path(__file__).resolve().parents[2] / "tools" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_quick_demo_writes_every_output(tmp_path, capsys):
@@ -56,6 +66,16 @@ def test_quick_demo_writes_every_output(tmp_path, capsys):
     targets = [row["target"] for row in rows]
     assert any(t.startswith('{"memory"') for t in targets)
     assert any("**Answer:**" in t for t in targets)
+
+    # The reading probe (tools/copy_probe.py) scores the warm start on the validation rows.
+    probe_out = tmp_path / "probe.json"
+    argv = [str(seed), "--quick", "--split", "validation", "--out", str(probe_out)]
+    assert _load_tool("copy_probe").main(argv) == 0
+    probe = json.loads(probe_out.read_text())
+    for agent in ("manager", "answer"):
+        scores = probe["scores"][agent]
+        assert scores["rows"] > 0 and scores["tokens"] > 0, agent
+        assert 0.0 <= scores["top1"] <= 1.0 and 0.0 < scores["mean_prob"] <= 1.0, agent
 
     # A second run resumes: every stage finds its output and nothing is trained again.
     assert main(["--quick", "--workdir", str(workdir)]) == 0

@@ -1,0 +1,68 @@
+"""Does a demo policy copy names from its prompt? The reading probe of memr1/demo/probe.py.
+
+  python tools/copy_probe.py work/demo/seed-0                       # the SFT warm start
+  python tools/copy_probe.py work/demo/seed-0 --checkpoint work/demo/seed-0/answer_grpo/checkpoints
+  python tools/copy_probe.py work/demo/seed-0 --split test --out probe.json
+
+Scores, under teacher forcing on the teachers' replies to a held-out split, every target token
+that names something and occurs in the prompt: the share the policy ranks first and its mean
+probability. Chance (guessing among the world's names) is about 0.1; docs/demo.md explains why
+this number, not EM, says whether a warm start can be improved by RL. Prints a table and writes
+JSON (--out; default SEED_DIR/copy_probe_<split>.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+from memr1.demo.probe import AGENTS, probe_checkpoint
+from memr1.demo.run import SeedRun
+from memr1.demo.settings import FULL, QUICK
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("seed_dir", type=Path, help="a demo seed folder (work/demo/seed-N)")
+    parser.add_argument("--seed", type=int, default=None, help="default: from the folder name")
+    parser.add_argument("--checkpoint", default=None, help="default: SEED_DIR/sft/checkpoints")
+    parser.add_argument("--split", choices=("validation", "test"), default="validation")
+    parser.add_argument("--max_rows", type=int, default=200, help="rows per agent")
+    parser.add_argument("--quick", action="store_true", help="the folder is a --quick demo's")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    seed_dir = args.seed_dir
+    for needed in ("base/config.json", "data/metadata.json", f"data/{args.split}.json"):
+        if not (seed_dir / needed).is_file():
+            parser.error(f"{seed_dir}: no {needed} (run `make demo` first, or point at a seed)")
+    seed = args.seed
+    if seed is None:
+        try:
+            seed = int(seed_dir.name.rsplit("-", 1)[1])
+        except (IndexError, ValueError):
+            parser.error(f"{seed_dir}: cannot read the seed from the name; pass --seed")
+    checkpoint = args.checkpoint or str(seed_dir / "sft" / "checkpoints")
+    settings = QUICK if args.quick else FULL
+    run = SeedRun(settings, seed, seed_dir, algo="grpo", log=lambda _: None)
+    result = probe_checkpoint(run, checkpoint, args.split, max_rows=args.max_rows)
+
+    print(f"copy probe of {checkpoint} on {args.split} ({result['rows']} rows)")
+    print("| agent | copy tokens | top-1 | mean p |\n|---|---|---|---|")
+    for agent in AGENTS:
+        s = result["scores"][agent]
+        print(f"| {agent} | {s['tokens']} | {s['top1']:.2f} | {s['mean_prob']:.2f} |")
+    out = args.out or seed_dir / f"copy_probe_{args.split}.json"
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
