@@ -5,12 +5,17 @@ it keeps the memories about the person and topic the question asks about, picks 
 answers from that memory alone: the city it names, its list of pets, the date its relative time
 expression resolves to against the memory's timestamp, the cuisine of the food it names.
 
-The designed flaw is the pick. Half of the time it takes the OLDEST related memory (it reads in
-time order and stops at the first that fits), otherwise any related memory at random; the prompt
-asks for the newest. When a bank holds a stale and a current memory of the same thing (a city
-before and after a move, a trip and its replacement) the stale one is therefore its most likely
-pick, three times out of four with two candidates. That systematic error is what greedy decoding
-of a policy cloned from it inherits, and the one RL on exact match can repair.
+The designed flaws are the pick and, optionally (``person_blind``), whose memories count. Half
+of the time it takes the OLDEST related memory (it reads in time order and stops at the first
+that fits), otherwise any related memory at random; the prompt asks for the newest. When a bank
+holds a stale and a current memory of the same thing (a city before and after a move, a trip and
+its replacement) the stale one is therefore its most likely pick, three times out of four with
+two candidates. Measured on the demo's validation split this costs it about one EM point (such
+pairs are rarely both retrieved). Person-blind, it also takes the other speaker's memory of the
+same topic for a question about one person ("answers from all retrieved memories without
+selecting"): that costs it 14 EM points (77.6 -> 63.8 on validation, seed 0). These systematic
+errors are what greedy decoding of a policy cloned from it inherits, and what RL on exact match
+can repair.
 
 The reply is written with the real formatter (``format_answer_output``): the chosen memory's text
 as the distilled memory (without its timestamp: a shorter line is easier for a tiny model to copy),
@@ -70,12 +75,13 @@ def _option(options: Sequence[str], wanted: str) -> str:
     return options[0] if options else wanted
 
 
-def _relevant(question: Question, name: str, memories: Sequence[Memory]):
-    """(line, sentence) of the memories of ``name`` about the question's topic, in given order."""
+def _relevant(question: Question, name: str | None, memories: Sequence[Memory]):
+    """(line, sentence) of the memories of ``name`` (of anyone when None) about the question's
+    topic, in given order."""
     out = []
     for when, text in memories:
         s = parse_sentence(text)
-        if s is None or s.name != name or s.key != question.key:
+        if s is None or (name is not None and s.name != name) or s.key != question.key:
             continue
         if question.kind in ("city_date", "job_date", "pet_date"):
             if question.target not in s.items:
@@ -125,13 +131,17 @@ class CarelessAnswerTeacher:
     Args:
       seed: mixes into every question's random stream.
       stale_bias: how often it takes the oldest related memory rather than a random one.
+      person_blind: for a question about one person, it takes the memories about the topic of
+        BOTH speakers as related, without checking whose they are (it answers "What is Andrew's
+        favorite food?" from Maria's favourite food as readily as from Andrew's).
     """
 
     name = "careless-reader-rules"
 
-    def __init__(self, seed: int = 0, stale_bias: float = 0.5):
+    def __init__(self, seed: int = 0, stale_bias: float = 0.5, person_blind: bool = False):
         self.seed = int(seed)
         self.stale_bias = float(stale_bias)
+        self.person_blind = bool(person_blind)
 
     def _rng(self, question: str, memories: Mapping[str, Sequence[Memory]]) -> random.Random:
         blob = json.dumps(
@@ -148,8 +158,13 @@ class CarelessAnswerTeacher:
             return [], UNKNOWN
         rng = self._rng(question, memories_by_speaker)
         lines, picks = [], []
+        blind = self.person_blind and len(parsed.names) == 1
+        everyone = [m for speaker in memories_by_speaker.values() for m in speaker]
         for name in parsed.names:
-            relevant = _relevant(parsed, name, memories_by_speaker.get(name, ()))
+            if blind:
+                relevant = _relevant(parsed, None, everyone)
+            else:
+                relevant = _relevant(parsed, name, memories_by_speaker.get(name, ()))
             if not relevant:
                 picks.append(None)
                 continue

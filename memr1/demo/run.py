@@ -127,19 +127,28 @@ class SeedRun:
         )
         answer = traces.answer_rows(
             read_tuples(self.tuples, "answer"),
-            CarelessAnswerTeacher(self.seed, self.s.stale_bias),
+            CarelessAnswerTeacher(self.seed, self.s.stale_bias, self.s.person_blind),
             "compact",
             direct_fraction=self.s.direct_fraction,
             seed=self.seed,
         )
         self.trace_mix = dict(mix.most_common())
         full = traces.full_text_rows(manager + answer, self.s.full_text_fraction, self.seed)
+        lists = augment.entity_lists(self.s.synth)
+        pool = ()
+        if self.s.rename_pool:
+            real = [w for ws in lists for w in ws]
+            pool = augment.pseudo_words(self.s.rename_pool, self.seed, avoid=real)
         rows = augment.augment_rows(
-            manager + answer + full,
-            augment.entity_lists(self.s.synth),
-            self.s.rename_fraction,
-            self.seed,
+            manager + answer + full, lists, self.s.rename_fraction, self.seed, pool
         )
+        words = traces.target_words(manager + answer)
+        if self.s.manager_copy_rows:
+            n, lengths = self.s.manager_copy_rows, (4, 9)
+            rows += traces.manager_copy_rows(words, n, lengths, self.seed, "compact")
+        if self.s.answer_copy_rows:
+            n, lengths = self.s.answer_copy_rows, (3, 7)
+            rows += traces.answer_copy_rows(words, n, lengths, self.seed + 1, "compact")
         traces.write_jsonl(self.sft_data, rows)
         mix_file.write_text(json.dumps(self.trace_mix, indent=1) + "\n")
 

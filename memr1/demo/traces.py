@@ -26,15 +26,22 @@ import collections
 import json
 import os
 import random
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from memr1.agents.manager_io import format_manager_output
+from memr1.agents.answer_io import format_answer_output, render_answer_input
+from memr1.agents.manager_io import ADD, ManagerOp, format_manager_output, render_manager_input
 from memr1.agents.prompts import to_prompt_text
 from memr1.data.tuples.schema import AnswerTuple, ManagerTuple
 from memr1.demo.answer_teacher import CarelessAnswerTeacher
 from memr1.demo.teacher import MemZeroLikeTeacher
+
+MONTHS = (
+    "January", "February", "March", "April", "May", "June", "July", "August", "September",
+    "October", "November", "December",
+)  # fmt: skip
 
 
 def manager_rows(
@@ -146,6 +153,97 @@ def copy_rows(words: Sequence[str], n_rows: int, lengths: tuple[int, int], seed:
         # did at 300-450 (docs/demo.md, items 5, 7 and 9).
         rows.append({"messages": [{"role": "user", "content": sequence}], "target": sequence})
     return rows
+
+
+def manager_copy_rows(
+    words: Sequence[str], n_rows: int, lengths: tuple[int, int], seed: int, style: str
+) -> list[dict]:
+    """Manager rows whose fact and shown memories are random sequences of ``words``, the reply
+    the ADD of the fact, rendered by the manager's own renderer and formatter.
+
+    Trained on the traces alone, the tiny manager writes the format and the training prior
+    ("Jon lives in Austin." for "Sam lives in Chicago."): its copy probe (memr1/demo/probe.py)
+    stays at chance however names are renamed. A random fact can only be stored by copying it
+    from the Facts line into the JSON reply, past the ids and the memories above it; mixed into
+    the warm start, these rows raised the probe from 0.19 to 0.68 (docs/demo.md, item 16).
+    """
+    if not words:
+        raise ValueError("manager_copy_rows: no words to copy")
+    rng = random.Random(seed)
+
+    def sentence() -> str:
+        return " ".join(rng.choices(words, k=rng.randint(*lengths))) + "."
+
+    rows = []
+    for _ in range(n_rows):
+        fact = sentence()
+        shown = [(i, sentence()) for i in range(rng.randint(0, 3))]
+        messages, id_map = render_manager_input([fact], shown, style=style)
+        target = format_manager_output([ManagerOp(ADD, text=fact)], id_map, style=style)
+        rows.append({"messages": messages, "target": target})
+    return rows
+
+
+def answer_copy_rows(
+    words: Sequence[str], n_rows: int, lengths: tuple[int, int], seed: int, style: str
+) -> list[dict]:
+    """Answer rows of an associative-recall task over random word memories, rendered by the
+    Answer Agent's own renderer and formatter.
+
+    Two speakers (capitalised words) get two memories each, "<Speaker> w1 w2 ... wn." with random
+    timestamps; the question names one speaker and a word that occurs in exactly one memory ("What
+    did Kalo say after rabbit?"); the reply distils that memory verbatim and answers with the word
+    that follows. The traces alone teach the reply's format and the training prior, not reading
+    ("Andrew's favorite food is curry." distilled from "Andrew's favorite food is dumplings.");
+    a random memory can only be found by matching the question against the prompt and written by
+    copying it (docs/demo.md, item 17).
+    """
+    capitals = [w for w in words if w[:1].isupper()]
+    plain = [w for w in words if w.islower()]
+    if len(capitals) < 2 or len(plain) < 2:
+        raise ValueError("answer_copy_rows: needs two capitalised and two lower-case words")
+    rng = random.Random(seed)
+    rows: list[dict] = []
+    while len(rows) < n_rows:
+        speakers = rng.sample(capitals, 2)
+        memories = {
+            name: [
+                (
+                    _random_timestamp(rng),
+                    f"{name} {' '.join(rng.choices(plain, k=rng.randint(*lengths)))}.",
+                )
+                for _ in range(2)
+            ]
+            for name in speakers
+        }
+        owned = [(name, text) for name in speakers for _, text in memories[name]]
+        name, text = rng.choice(owned)
+        body = text.rstrip(".").split()[1:]
+        every_word = [w for _, other in owned for w in other.rstrip(".").split()]
+        unique = [i for i, w in enumerate(body[:-1]) if every_word.count(w) == 1]
+        if not unique:
+            continue
+        i = rng.choice(unique)
+        question = f"What did {name} say after {body[i]}?"
+        rows.append(
+            {
+                "messages": render_answer_input(question, memories, distill=True, style=style),
+                "target": format_answer_output([text], body[i + 1]),
+            }
+        )
+    return rows
+
+
+def _random_timestamp(rng: random.Random) -> str:
+    """A session timestamp in LoCoMo's form ("9:05 am on 8 May, 2023")."""
+    month = rng.choice(MONTHS)
+    hour, minute, half = rng.randint(1, 12), rng.randint(0, 59), rng.choice(("am", "pm"))
+    return f"{hour}:{minute:02d} {half} on {rng.randint(1, 28)} {month}, {rng.choice((2022, 2023))}"
+
+
+def target_words(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """The distinct alphabetic words of the rows' targets, sorted."""
+    return sorted({w for row in rows for w in re.findall(r"[A-Za-z]+", row["target"])})
 
 
 def trace_texts(rows: Iterable[dict[str, Any]]) -> list[str]:

@@ -32,3 +32,48 @@ def test_single_token_words_are_one_token_alone_and_after_a_space(tmp_path):
     for w in words:
         assert len(tok.encode(w, add_special_tokens=False)) == 1
         assert len(tok.encode(" " + w, add_special_tokens=False)) == 1
+
+
+def test_manager_copy_rows_store_the_fact_verbatim_through_the_real_parser():
+    from memr1.agents.manager_io import ADD, parse_manager_output
+    from memr1.demo.traces import manager_copy_rows, target_words
+
+    words = target_words([{"target": 'Andrew adopted a dog named "Toby".'}])
+    assert words == ["Andrew", "Toby", "a", "adopted", "dog", "named"]
+    rows = manager_copy_rows(words, 50, (4, 9), seed=3, style="compact")
+    assert rows == manager_copy_rows(words, 50, (4, 9), seed=3, style="compact")
+    for row in rows:
+        user = row["messages"][-1]["content"]
+        fact = user.split("Facts:\n- ")[1]
+        shown = user.count('\n0: "') + user.count('\n1: "') + user.count('\n2: "')
+        parsed = parse_manager_output(row["target"], {i: i for i in range(shown)}, new_fact_count=1)
+        (op,) = parsed.ops
+        assert op.kind == ADD and op.invalid is None and f'"{op.text}"' == fact
+        assert 4 <= len(op.text.rstrip(".").split()) <= 9
+    with pytest.raises(ValueError, match="no words"):
+        manager_copy_rows([], 1, (4, 9), seed=0, style="compact")
+
+
+def test_answer_copy_rows_distil_the_one_memory_holding_the_asked_word():
+    from memr1.agents.answer_io import extract_distilled, extract_final_answer
+    from memr1.demo.traces import answer_copy_rows
+
+    words = ["Ann", "Bob", "Cy", "big", "cat", "dog", "red", "sun", "tea", "owl"]
+    rows = answer_copy_rows(words, 60, (3, 7), seed=5, style="compact")
+    assert len(rows) == 60 and rows == answer_copy_rows(words, 60, (3, 7), seed=5, style="compact")
+    for row in rows:
+        user = row["messages"][-1]["content"]
+        question = user.rsplit("Q: ", 1)[1]
+        name, key = question.removeprefix("What did ").removesuffix("?").split(" say after ")
+        memories = [line.split(": ", 1)[1] for line in user.splitlines() if " on " in line]
+        assert len(memories) == 4
+        words_shown = [w for m in memories for w in m.rstrip(".").split()]
+        assert words_shown.count(key) == 1
+        (holder,) = [m for m in memories if key in m.rstrip(".").split()]
+        assert holder.startswith(name + " ")
+        (distilled,) = extract_distilled(row["target"])
+        assert distilled == holder.rstrip(".")
+        body = holder.rstrip(".").split()
+        assert extract_final_answer(row["target"]) == (body[body.index(key) + 1], False)
+    with pytest.raises(ValueError, match="two capitalised"):
+        answer_copy_rows(["Ann", "big", "cat"], 1, (3, 7), seed=0, style="compact")

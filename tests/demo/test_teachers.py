@@ -129,6 +129,31 @@ def test_answer_teacher_prefers_the_stale_memory():
     assert picks["Boston"] > picks["Denver"] > 0
 
 
+def test_person_blind_teacher_answers_from_either_speaker():
+    # Andrew has no food memory: the careful reader says unknown, the blind one reads Maria's.
+    question = "What is Andrew's favorite food?"
+    assert CarelessAnswerTeacher(0)(question, _memories())[1] == UNKNOWN
+    assert CarelessAnswerTeacher(0, person_blind=True)(question, _memories()) == (
+        ["Maria's favorite food is sushi."],
+        "sushi",
+    )
+    andrew_food = ("9:05 am on 8 May, 2023", "Andrew's favorite food is pizza.")
+    picks = collections.Counter(
+        CarelessAnswerTeacher(seed, stale_bias=0.0, person_blind=True)(
+            question, _memories(andrew_food)
+        )[1]
+        for seed in range(200)
+    )
+    assert set(picks) == {"pizza", "sushi"} and min(picks.values()) > 60
+    # Questions about both speakers still read each one's own memories.
+    joint = "Who has more pets, Maria or Andrew?"
+    both = {
+        "Andrew": [("1:56 pm on 8 May, 2023", "Andrew has two dogs: Toby and Buddy.")],
+        "Maria": [("1:56 pm on 8 May, 2023", "Maria adopted a cat named Luna today.")],
+    }
+    assert CarelessAnswerTeacher(0, person_blind=True)(joint, both)[1] == "Andrew"
+
+
 @pytest.mark.parametrize(
     "question, memories, answer",
     [
