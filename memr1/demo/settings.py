@@ -58,9 +58,17 @@ class DemoSettings:
         speaker (the tiny config's compact values).
       capacity, text_bytes: bank rows and bytes per memory text.
       stale_bias: how often the answer teacher takes the oldest related memory.
+      person_blind: whether the answer teacher counts the other speaker's memories of the topic
+        as related (answer_teacher.CarelessAnswerTeacher).
       direct_fraction: share of answer traces also written in the no-distillation style.
       full_text_fraction: share of traces also written as full-text rows (see traces.py).
       rename_fraction: share of trace rows whose entities are renamed (see augment.py).
+      rename_pool: 0 permutes the entities within the world's own lists; N > 0 renames them
+        onto N made-up words (augment.pseudo_words), so that no name is ever frequent.
+      manager_copy_rows: manager rows of random word sequences stored by ADD, mixed into the
+        warm start's traces (traces.manager_copy_rows); 0 adds none.
+      answer_copy_rows: answer rows of a recall task over random word memories (find the memory,
+        distil it, answer the word after the asked one: traces.answer_copy_rows); 0 adds none.
       copy_steps, copy_batch, copy_lr, copy_words: the copy warm-up before SFT (traces.copy_rows):
         random word sequences of copy_words words, repeated back; 0 steps skips it (the default:
         see docs/demo.md for what it measured).
@@ -79,16 +87,20 @@ class DemoSettings:
     capacity: int = 128
     text_bytes: int = 256
     stale_bias: float = 0.5
+    person_blind: bool = False
     direct_fraction: float = 0.3
-    full_text_fraction: float = 1.0
+    full_text_fraction: float = 0.0
     rename_fraction: float = 0.8
+    rename_pool: int = 0
+    manager_copy_rows: int = 800
+    answer_copy_rows: int = 0
     copy_steps: int = 0
     copy_batch: int = 32
     copy_lr: float = 3e-3
     copy_words: tuple[int, int] = (6, 16)
     sft_steps: int = 2200
     sft_batch: int = 8
-    sft_lr: float = 1e-3
+    sft_lr: float = 3e-3
     answer_steps: int = 30
     answer_batch: int = 4
     answer_lr: float = 1e-4
@@ -111,6 +123,8 @@ FULL = DemoSettings()
 QUICK = DemoSettings(
     synth=QUICK_SYNTH,
     vocab_size=512,
+    manager_copy_rows=8,
+    answer_copy_rows=8,
     copy_steps=3,
     copy_batch=4,
     copy_words=(2, 4),
