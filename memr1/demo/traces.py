@@ -11,13 +11,14 @@ the demo has one "base model" to run the prompted baselines with, as the paper r
 LoCoMo-RAG on an off-the-shelf instruction model. A share of the answer traces uses the
 no-distillation prompt (answer line only), the answer style of the Mem0 baseline.
 
-The paper starts from pretrained LLMs; the demo's backbone starts from random weights. So the
-warm start also carries "full-text" rows: an empty prompt and, as the target, the whole rendered
-trace (prompt and reply). Their loss covers every token, which teaches the language of the
-prompts and, above all, gives many more chances per step to learn to look things up in the
-context (a name in a header repeated in a memory, a city repeated in a fact) than the few reply
-tokens of a plain row. Measured on the validation split: with them, the warm start reads its
-prompts noticeably better for the same number of steps.
+The paper starts from pretrained LLMs; the demo's backbone starts from random weights, and a
+randomly initialised model learns the traces' format and frequent names long before it learns to
+copy from its prompt. Three kinds of extra rows are therefore available (sizes in
+``memr1.demo.settings``): "full-text" rows (an empty prompt and the whole rendered trace as the
+target, so every token is in the loss; off by default: at lr 3e-3 the warm start copied better
+without them), manager copy rows and answer copy rows over random words (``manager_copy_rows``,
+``answer_copy_rows``: they can only be learned by copying; the manager ones are on by default),
+and the copy warm-up's rows (``copy_rows``). docs/demo.md has what each measured.
 """
 
 from __future__ import annotations

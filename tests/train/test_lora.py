@@ -144,3 +144,40 @@ def test_memory_estimate_counts_optimiser_memory_for_the_adapters_only():
     assert 8 * adapters <= low["adamw"] <= 8 * adapters + 64  # two float32 moments (+ counts)
     assert low["answer_agent"] == full["answer_agent"]  # a merged, plain model
     assert low["total"] < full["total"]
+
+
+def test_lora_ppo_trains_the_adapters_and_the_whole_critic():
+    """PPO with a LoRA policy: the base stays bitwise, the adapters and the (whole) critic learn."""
+    from memr1.train import ppo
+
+    m = mesh.build_mesh(1, 1, 1, model_cfgs=[tiny.CFG])
+    _, base = transformer.init_model(tiny.CFG, seed=0)
+    setup, s0 = state.create_train_state(
+        m,
+        tiny.CFG,
+        state.OptimConfig(lr=1e-2, warmup_steps=0),
+        params=base,
+        module_fn=lora.module_fn(tiny.CFG, LORA),
+        trainable=nnx.LoRAParam,
+        critic_cfg=tiny.CFG,
+        critic_optim=state.OptimConfig(lr=5e-3, warmup_steps=0),
+    )
+    cfg = ppo.PPOConfig(n_micro=2, lam=0.9, logprob_chunk=tiny.CHUNK)
+    raw = tiny.grpo_batch()
+    raw.pop("advantages")
+    raw["rewards"] = np.array([1, 0, 1, 1, 0, 0, 1, 0], np.float32)
+    batch, _ = ppo.make_ppo_prepare(setup, cfg)(s0, raw)
+    step = ppo.make_ppo_step(setup, cfg)
+    s, value_losses = tiny.copy_tree(s0), []
+    for _ in range(3):
+        s, metrics = step(s, batch)
+        assert float(metrics["update_refused"]) == 0
+        value_losses.append(float(metrics["value_loss"]))
+    assert value_losses[2] < 0.8 * value_losses[0], value_losses
+    before, after = _flat(s0.params), _flat(s.params)
+    trained = [p for p in after if lora.is_lora_path(p) and not np.array_equal(after[p], before[p])]
+    assert trained, "no adapter moved under PPO"
+    for path, value in after.items():
+        if not lora.is_lora_path(path):
+            np.testing.assert_array_equal(value, before[path], err_msg=f"base {path} moved")
+    assert not tiny.leaves_equal(s.critic_params, s0.critic_params)
