@@ -49,6 +49,8 @@ def main(argv=None) -> int:
         except (IndexError, ValueError):
             parser.error(f"{seed_dir}: cannot read the seed from the name; pass --seed")
     checkpoint = args.checkpoint or str(seed_dir / "sft" / "checkpoints")
+    if not Path(checkpoint).is_dir():
+        parser.error(f"checkpoint {checkpoint}: not a directory (an Orbax train checkpoints dir)")
     settings = QUICK if args.quick else FULL
     run = SeedRun(settings, seed, seed_dir, algo="grpo", log=lambda _: None)
     result = probe_checkpoint(run, checkpoint, args.split, max_rows=args.max_rows)

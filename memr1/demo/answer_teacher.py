@@ -158,10 +158,11 @@ class CarelessAnswerTeacher:
             return [], UNKNOWN
         rng = self._rng(question, memories_by_speaker)
         lines, picks = [], []
+        # Person-blind on a one-person question: every speaker's memories, nobody's name checked.
         blind = self.person_blind and len(parsed.names) == 1
-        everyone = [m for speaker in memories_by_speaker.values() for m in speaker]
         for name in parsed.names:
             if blind:
+                everyone = [m for speaker in memories_by_speaker.values() for m in speaker]
                 relevant = _relevant(parsed, None, everyone)
             else:
                 relevant = _relevant(parsed, name, memories_by_speaker.get(name, ()))

@@ -53,12 +53,12 @@ def random_renaming(
 ) -> dict[str, str]:
     """A word -> word mapping: a random permutation within each list, or (with a ``pool``) every
     word of the lists mapped to a different random word of the pool."""
-    mapping: dict[str, str] = {}
     if pool:
         words = [w for ws in lists for w in ws]
         if len(words) > len(pool):
             raise ValueError(f"renaming pool of {len(pool)} words for {len(words)} entities")
         return dict(zip(words, rng.sample(list(pool), len(words))))
+    mapping: dict[str, str] = {}
     for words in lists:
         shuffled = list(words)
         rng.shuffle(shuffled)

@@ -12,8 +12,8 @@ trains.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
+import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -107,41 +107,22 @@ def score_rows(
 
 
 def teacher_rows(seed_run, split: str, *, max_rows: int = 200) -> dict[str, list[dict]]:
-    """The two teachers' rows on ``split`` of a demo seed (banks built by the manager teacher),
-    at most ``max_rows`` per agent, manager rows in a seeded random order."""
-    import random
-
-    from memr1.data.tuples.build import TupleConfig, build_tuples
+    """The two teachers' rows on ``split`` of a demo seed (banks built by the manager teacher,
+    as for the training traces), at most ``max_rows`` per agent, manager rows in a seeded random
+    order."""
     from memr1.demo import traces
-    from memr1.demo.answer_teacher import CarelessAnswerTeacher
     from memr1.demo.teacher import MemZeroLikeTeacher
-    from memr1.pipeline.memory_store import BankSpec
 
-    s, seed = seed_run.s, seed_run.seed
-    enc = seed_run.encoder()
-    cfg = TupleConfig(
-        builder="teacher",
-        window=-1,
-        k_per_fact=s.k_per_fact,
-        k_per_speaker=s.k_per_speaker,
-        only_with_qa=False,
-        bank=BankSpec(capacity=s.capacity, overflow="raise", retriever="exact_numpy"),
-    )
-    built = build_tuples(
-        seed_run.conversations(split),
-        embed=enc.encode,
-        dim=enc.dim,
-        cfg=cfg,
-        teacher=MemZeroLikeTeacher(seed),
-    )
-    manager, _ = traces.manager_rows(built.manager, MemZeroLikeTeacher(seed), "compact")
-    random.Random(seed).shuffle(manager)
+    built = seed_run.teacher_tuples(split)
+    teacher = MemZeroLikeTeacher(seed_run.seed)
+    manager, _ = traces.manager_rows(built.manager, teacher, "compact")
+    random.Random(seed_run.seed).shuffle(manager)
     answer = traces.answer_rows(
         built.answer,
-        CarelessAnswerTeacher(seed, s.stale_bias, s.person_blind),
+        seed_run.answer_teacher(),
         "compact",
         direct_fraction=0.0,
-        seed=seed,
+        seed=seed_run.seed,
     )
     return {"manager": manager[:max_rows], "answer": answer[:max_rows]}
 
@@ -156,7 +137,6 @@ def probe_checkpoint(seed_run, checkpoint: str, split: str, *, max_rows: int = 2
     params = restore_params(checkpoint, backbone.params)
     policy = load.make_policy(backbone, params)
     rows = teacher_rows(seed_run, split, max_rows=max_rows)
-    counts = collections.Counter({agent: len(r) for agent, r in rows.items()})
     scores = score_rows(
         backbone.graphdef,
         params,
@@ -167,6 +147,6 @@ def probe_checkpoint(seed_run, checkpoint: str, split: str, *, max_rows: int = 2
     return {
         "checkpoint": str(checkpoint),
         "split": split,
-        "rows": dict(counts),
+        "rows": {agent: len(r) for agent, r in rows.items()},
         "scores": {agent: scores[agent].as_dict() for agent in AGENTS},
     }

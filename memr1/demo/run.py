@@ -89,13 +89,11 @@ class SeedRun:
         dataset = synth.generate_dataset(self.s.with_seed(self.seed))
         synth.write_dataset(dataset, self.data, preset=PRESET_NAME)
 
-    def make_tuples(self) -> None:
-        from memr1.data.tuples import write_tuples
+    def teacher_tuples(self, split: str):
+        """The manager and answer tuples of a split, its banks built by the manager teacher."""
         from memr1.data.tuples.build import TupleConfig, build_tuples
         from memr1.pipeline.memory_store import BankSpec
 
-        if (self.tuples / "metadata.json").is_file():
-            return
         enc = self.encoder()
         cfg = TupleConfig(
             builder="teacher",
@@ -105,13 +103,23 @@ class SeedRun:
             only_with_qa=False,
             bank=BankSpec(capacity=self.s.capacity, overflow="raise", retriever="exact_numpy"),
         )
-        built = build_tuples(
-            self.conversations("train"),
+        return build_tuples(
+            self.conversations(split),
             embed=enc.encode,
             dim=enc.dim,
             cfg=cfg,
             teacher=MemZeroLikeTeacher(self.seed),
         )
+
+    def answer_teacher(self) -> CarelessAnswerTeacher:
+        return CarelessAnswerTeacher(self.seed, self.s.stale_bias, self.s.person_blind)
+
+    def make_tuples(self) -> None:
+        from memr1.data.tuples import write_tuples
+
+        if (self.tuples / "metadata.json").is_file():
+            return
+        built = self.teacher_tuples("train")
         meta = {"teacher": MemZeroLikeTeacher.name, "window": -1, "counts": built.counts}
         write_tuples(self.tuples, built.manager, built.answer, meta, overwrite=True)
 
@@ -127,7 +135,7 @@ class SeedRun:
         )
         answer = traces.answer_rows(
             read_tuples(self.tuples, "answer"),
-            CarelessAnswerTeacher(self.seed, self.s.stale_bias, self.s.person_blind),
+            self.answer_teacher(),
             "compact",
             direct_fraction=self.s.direct_fraction,
             seed=self.seed,

@@ -22,9 +22,9 @@ def _flat(params) -> dict:
     return {p: np.asarray(v.get_value()) for p, v in nnx.to_flat_state(params)}
 
 
-@pytest.fixture(scope="module")
-def trained():
-    """(setup, base params, initial state, state after STEPS SFT steps, losses)."""
+def _lora_state(**critic):
+    """(setup, base params, initial state) of a LoRA policy on the tiny model (plus a critic when
+    critic_cfg / critic_optim are given)."""
     m = mesh.build_mesh(1, 1, 1, model_cfgs=[tiny.CFG])
     _, base = transformer.init_model(tiny.CFG, seed=0)
     setup, s0 = state.create_train_state(
@@ -34,7 +34,15 @@ def trained():
         params=base,
         module_fn=lora.module_fn(tiny.CFG, LORA),
         trainable=nnx.LoRAParam,
+        **critic,
     )
+    return setup, base, s0
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """(setup, base params, initial state, state after STEPS SFT steps, losses)."""
+    setup, base, s0 = _lora_state()
     step = sft.make_sft_step(setup, sft.SFTConfig(n_micro=2, logprob_chunk=tiny.CHUNK))
     s, losses = tiny.copy_tree(s0), []
     for _ in range(STEPS):
@@ -150,17 +158,8 @@ def test_lora_ppo_trains_the_adapters_and_the_whole_critic():
     """PPO with a LoRA policy: the base stays bitwise, the adapters and the (whole) critic learn."""
     from memr1.train import ppo
 
-    m = mesh.build_mesh(1, 1, 1, model_cfgs=[tiny.CFG])
-    _, base = transformer.init_model(tiny.CFG, seed=0)
-    setup, s0 = state.create_train_state(
-        m,
-        tiny.CFG,
-        state.OptimConfig(lr=1e-2, warmup_steps=0),
-        params=base,
-        module_fn=lora.module_fn(tiny.CFG, LORA),
-        trainable=nnx.LoRAParam,
-        critic_cfg=tiny.CFG,
-        critic_optim=state.OptimConfig(lr=5e-3, warmup_steps=0),
+    setup, _, s0 = _lora_state(
+        critic_cfg=tiny.CFG, critic_optim=state.OptimConfig(lr=5e-3, warmup_steps=0)
     )
     cfg = ppo.PPOConfig(n_micro=2, lam=0.9, logprob_chunk=tiny.CHUNK)
     raw = tiny.grpo_batch()

@@ -21,6 +21,7 @@ from flax import nnx
 
 from memr1.models.config import ModelConfig
 from memr1.models.transformer import abstract_model, count_params
+from tests.train import tiny
 
 pytestmark = pytest.mark.skipif(
     jax.default_backend() != "cpu", reason="the numbers are XLA:CPU's buffer plan"
@@ -28,20 +29,7 @@ pytestmark = pytest.mark.skipif(
 
 # Attention scores [B, H, T, T] (2 MiB in float32) dwarf a layer's input (128 KiB) and weights
 # (about 150 KiB), so the two regimes are far apart.
-CFG = ModelConfig(
-    family="qwen2",
-    vocab_size=64,
-    d_model=64,
-    n_layers=2,
-    n_heads=4,
-    n_kv_heads=2,
-    head_dim=16,
-    d_ff=128,
-    qkv_bias=True,
-    tie_embeddings=True,
-    max_position=256,
-    remat=True,
-)
+CFG = tiny.CFG.replace(d_model=64, n_layers=2, head_dim=16, d_ff=128, max_position=256)
 ROWS, LENGTH = 2, 256
 TOOL = Path(__file__).resolve().parents[2] / "tools/remat_memory.py"
 
