@@ -172,6 +172,9 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
     LoRA (`memr1.train.lora`, through qwix): `lora_rank` > 0 trains only rank-r adapters on the
     weights of the modules matching `lora_module_path` (a regex over paths like
     `layers/0/attn`), scaled by `lora_alpha / lora_rank`; 0 trains every weight (the paper).
+    `shared_prompt` (GRPO): the G samples of a prompt share one forward pass of the prompt in the
+    update (`memr1.rl.logprobs.grouped_logprobs`: same values, far fewer tokens); micro-batches
+    then hold whole groups.
     """
     return ml_collections.ConfigDict(
         {
@@ -186,6 +189,7 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
             "kl_estimator": "k3",
             "ddof": 1,
             "n_micro": 1,
+            "shared_prompt": True,
             "temperature": 1.0,
             "max_new_tokens": 512 if stage == "manager" else 256,
             "answer_max_new_tokens": 64,

@@ -12,9 +12,10 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 
 from memr1.models import masks
-from memr1.models.transformer import forward, logits_fn
+from memr1.models.transformer import forward, init_cache, logits_fn
 
 
 def chunked_token_logprobs(
@@ -90,6 +91,79 @@ def sequence_logprobs(
     has_context = jnp.cumsum(valid.astype(jnp.int32), axis=-1)[:, :-1] > 0
     target_mask = valid[:, 1:] & has_context
     zeros = jnp.zeros_like(logp[:, :1])
+    logp = jnp.concatenate([zeros, jnp.where(target_mask, logp, 0.0)], axis=1)
+    ent = jnp.concatenate([zeros, jnp.where(target_mask, ent, 0.0)], axis=1)
+    return logp, ent
+
+
+def grouped_logprobs(
+    graphdef,
+    params,
+    tokens_RT: jax.Array,
+    valid_RT: jax.Array,
+    *,
+    group: int,
+    prompt_width: int,
+    temperature: float = 1.0,
+    chunk: int = 128,
+) -> tuple[jax.Array, jax.Array]:
+    """`sequence_logprobs` of the responses of GRPO groups, the shared prompt run once per group.
+
+    Rows come in groups of `group` consecutive rows (a rollout's G samples of one prompt) whose
+    first `prompt_width` columns (the left-padded prompt) are identical within the group; the
+    remaining columns are each row's response. The prompt goes through the model once per group,
+    its keys and values (functions of `params`, so gradients flow through them) are repeated G
+    times into a cache, and only the response tokens run per row. With a 256-token prompt and
+    40-token responses that is ~5x fewer tokens than running every row whole.
+
+    Returns:
+      (logp_RT, entropy_RT) equal to `sequence_logprobs` on the response columns, 0 on the
+      prompt columns (the GRPO loss only reads response tokens).
+    """
+    rows, width = tokens_RT.shape
+    p, n = prompt_width, width - prompt_width
+    if group < 1 or rows % group or not 0 < p < width:
+        raise ValueError(
+            f"grouped_logprobs: {rows} rows of width {width} do not split into groups of {group} "
+            f"rows with a {p}-column prompt and a response"
+        )
+    valid = valid_RT.astype(bool)
+    prompt_BP, pvalid_BP = tokens_RT[::group, :p], valid[::group, :p]
+    cfg = nnx.merge(graphdef, params).cfg
+    # One cache row per group, with room for the responses after the prompt.
+    cache = init_cache(cfg, rows // group, width)
+    key_valid_BS = jnp.pad(pvalid_BP, ((0, 0), (0, n)))
+    h_BPD, cache = forward(
+        graphdef,
+        params,
+        prompt_BP,
+        masks.positions_from_valid(pvalid_BP),
+        masks.causal_mask(key_valid_BS, jnp.arange(p)),
+        cache,
+        0,
+    )
+    cache = jax.tree.map(lambda x: jnp.repeat(x, group, axis=0), cache)
+    h_RND, _ = forward(
+        graphdef,
+        params,
+        tokens_RT[:, p:],
+        masks.positions_from_valid(valid)[:, p:],
+        masks.causal_mask(valid, p + jnp.arange(n)),
+        cache,
+        p,
+    )
+    # Response column j is predicted by column p + j - 1: the prompt's last for j = 0.
+    last_R1D = jnp.repeat(h_BPD[:, -1:], group, axis=0)
+    logp, ent = chunked_token_logprobs(
+        lambda h: logits_fn(graphdef, params, h),
+        jnp.concatenate([last_R1D, h_RND[:, :-1]], axis=1),
+        tokens_RT[:, p:],
+        temperature=temperature,
+        chunk=chunk,
+    )
+    has_context = jnp.cumsum(valid.astype(jnp.int32), axis=-1)[:, p - 1 : -1] > 0
+    target_mask = valid[:, p:] & has_context
+    zeros = jnp.zeros((rows, p), logp.dtype)
     logp = jnp.concatenate([zeros, jnp.where(target_mask, logp, 0.0)], axis=1)
     ent = jnp.concatenate([zeros, jnp.where(target_mask, ent, 0.0)], axis=1)
     return logp, ent

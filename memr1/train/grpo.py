@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 
 from memr1.rl import advantages as adv_lib
-from memr1.rl.logprobs import sequence_logprobs
+from memr1.rl.logprobs import grouped_logprobs, sequence_logprobs
 from memr1.rl.losses import aggregate, kl_penalty, policy_loss
 from memr1.train.state import TrainSetup, TrainState, merge_params, rebind
 from memr1.train.update import make_step, masked_mean
@@ -52,6 +52,29 @@ class GRPOConfig:
     temperature: float = 1.0  # the rollout temperature: log-probs are under logits / T
     n_micro: int = 1
     logprob_chunk: int = 128
+    # Rows come in groups of `prompt_group` samples of one prompt whose last `response_width`
+    # columns are the responses: the prompt then runs once per group
+    # (`memr1.rl.logprobs.grouped_logprobs`) and micro-batches keep groups whole. 1 runs every
+    # row whole.
+    prompt_group: int = 1
+    response_width: int = 0
+
+    def __post_init__(self):
+        if self.prompt_group > 1 and self.response_width < 1:
+            raise ValueError(
+                f"GRPO prompt_group={self.prompt_group} needs response_width >= 1 (the columns "
+                f"after the shared prompt); got {self.response_width}"
+            )
+
+    def logprobs(self, graphdef, params, tokens_BT, valid_BT):
+        """(logp, entropy) of every row's tokens under `params`, as the loss reads them."""
+        kw = dict(temperature=self.temperature, chunk=self.logprob_chunk)
+        if self.prompt_group == 1:
+            return sequence_logprobs(graphdef, params, tokens_BT, valid_BT, **kw)
+        width = tokens_BT.shape[1] - self.response_width
+        return grouped_logprobs(
+            graphdef, params, tokens_BT, valid_BT, group=self.prompt_group, prompt_width=width, **kw
+        )
 
 
 def kl_to_reference(
@@ -61,25 +84,21 @@ def kl_to_reference(
     logp_BT: jax.Array,
     mask_BT: jax.Array,
     *,
+    logprobs: Callable[..., tuple[jax.Array, jax.Array]],
     beta: float,
     estimator: str,
     aggregation: str,
-    temperature: float,
-    chunk: int,
     n_tokens: jax.Array,
     n_seqs: jax.Array,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """β·KL term of a micro-batch (globally normalised) and its metric; zero, untraced, if β = 0."""
+    """β·KL term of a micro-batch (globally normalised) and its metric; zero, untraced, if β = 0.
+
+    `logprobs(graphdef, params, tokens, valid)` is the policy's own log-prob function, so the
+    reference is scored exactly as the policy is.
+    """
     if beta == 0.0:
         return jnp.zeros((), jnp.float32), {}
-    ref_logp, _ = sequence_logprobs(
-        setup.graphdef,
-        rebind(ref_params),
-        mb["tokens"],
-        mb["valid"],
-        temperature=temperature,
-        chunk=chunk,
-    )
+    ref_logp, _ = logprobs(setup.graphdef, rebind(ref_params), mb["tokens"], mb["valid"])
     kl_BT = kl_penalty(logp_BT, jax.lax.stop_gradient(ref_logp), estimator)
     kl = aggregate(kl_BT, mask_BT, aggregation, num_tokens=n_tokens, num_sequences=n_seqs)
     return beta * kl, {"kl": kl}
@@ -124,14 +143,7 @@ def make_grpo_step(
 
         def loss_fn(diff, mb):
             params = merge_params(diff[0], frozen)
-            logp, ent = sequence_logprobs(
-                setup.graphdef,
-                params,
-                mb["tokens"],
-                mb["valid"],
-                temperature=cfg.temperature,
-                chunk=cfg.logprob_chunk,
-            )
+            logp, ent = cfg.logprobs(setup.graphdef, params, mb["tokens"], mb["valid"])
             m = mb["response_mask"] & mb["valid"]
             old = mb["old_logp"] if "old_logp" in mb else jax.lax.stop_gradient(logp)
             pg, pg_metrics = policy_loss(
@@ -152,11 +164,10 @@ def make_grpo_step(
                 mb,
                 logp,
                 m,
+                logprobs=cfg.logprobs,
                 beta=cfg.kl_beta,
                 estimator=cfg.kl_estimator,
                 aggregation=cfg.aggregation,
-                temperature=cfg.temperature,
-                chunk=cfg.logprob_chunk,
                 n_tokens=n_tokens,
                 n_seqs=n_seqs,
             )
@@ -174,6 +185,7 @@ def make_grpo_step(
         loss_factory=loss_factory,
         grads_only=grads_only,
         with_ref=use_ref,
+        micro_unit=cfg.prompt_group,
     )
 
 

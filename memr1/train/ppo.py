@@ -21,6 +21,7 @@ default: no KL loss), so no reference pass is traced unless asked for.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 
 import jax
@@ -167,11 +168,12 @@ def make_ppo_step(
                 mb,
                 logp,
                 m,
+                logprobs=functools.partial(
+                    sequence_logprobs, temperature=cfg.temperature, chunk=cfg.logprob_chunk
+                ),
                 beta=cfg.kl_beta,
                 estimator=cfg.kl_estimator,
                 aggregation="token_mean",
-                temperature=cfg.temperature,
-                chunk=cfg.logprob_chunk,
                 n_tokens=n_tokens,
                 n_seqs=n_seqs,
             )

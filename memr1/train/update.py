@@ -51,7 +51,12 @@ def batch_sharding(setup: TrainSetup) -> NamedSharding:
 
 
 def check_batch(
-    batch: Batch, required: tuple[str, ...], n_micro: int, row_divisor: int, name: str
+    batch: Batch,
+    required: tuple[str, ...],
+    n_micro: int,
+    row_divisor: int,
+    name: str,
+    unit: int = 1,
 ) -> int:
     """Validates field names and shapes at trace time (before any compute); returns B."""
     missing = [k for k in required if k not in batch]
@@ -61,6 +66,11 @@ def check_batch(
     b = rows[required[0]]
     if any(r != b for r in rows.values()):
         raise ValueError(f"{name} batch fields disagree on the number of rows: {rows}")
+    if unit > 1 and b % (n_micro * unit):
+        raise ValueError(
+            f"{name} batch of {b} rows cannot be split into {n_micro} micro-batches of whole "
+            f"groups of {unit} rows (need a multiple of {n_micro * unit})"
+        )
     if b % (n_micro * row_divisor):
         raise ValueError(
             f"{name} batch of {b} rows cannot be split into {n_micro} micro-batches whose rows "
@@ -91,13 +101,18 @@ def shard_batch(setup: TrainSetup, batch: Mapping[str, Any]) -> dict[str, jax.Ar
     return {k: jax.device_put(v, sharding) for k, v in batch.items()}
 
 
-def to_micro(batch: Batch, n_micro: int) -> dict[str, jax.Array]:
-    """Splits rows into M interleaved micro-batches: [B, ...] -> [M, B/M, ...]."""
+def to_micro(batch: Batch, n_micro: int, unit: int = 1) -> dict[str, jax.Array]:
+    """Splits rows into M interleaved micro-batches: [B, ...] -> [M, B/M, ...].
+
+    Interleaving (micro-batch m takes units m, m + M, ...) draws every micro-batch evenly from
+    each device's contiguous block of rows. A unit is `unit` consecutive rows that stay together
+    (a GRPO group whose prompt runs once: `grpo.GRPOConfig.prompt_group`).
+    """
 
     def split(x):
         b = x.shape[0]
-        x = x.reshape(b // n_micro, n_micro, *x.shape[1:])
-        return jnp.swapaxes(x, 0, 1)
+        x = x.reshape(b // (n_micro * unit), n_micro, unit, *x.shape[1:])
+        return jnp.swapaxes(x, 0, 1).reshape(n_micro, b // n_micro, *x.shape[3:])
 
     return {k: split(v) for k, v in batch.items()}
 
@@ -158,6 +173,7 @@ def make_step(
     with_ref: bool = False,
     with_critic: bool = False,
     grads_only: bool = False,
+    micro_unit: int = 1,
 ) -> Callable[..., tuple]:
     """The jitted, donating update `step(state, batch[, ref_params]) -> (state, metrics)`.
 
@@ -168,6 +184,7 @@ def make_step(
       with_ref: the step takes a third argument, the reference parameters (sharded like the
         policy); without it the step has no such argument at all.
       with_critic: the critic is trained by the same loss with its own optimiser.
+      micro_unit: rows that must share a micro-batch (see `to_micro`).
       grads_only: instead build `(state, batch[, ref]) -> (loss, grads, metrics)`, which
         updates nothing and donates nothing (gradient checks and diagnostics); grads is
         `(trainable,)` or `(trainable, critic)`.
@@ -178,13 +195,15 @@ def make_step(
 
     def step(state: TrainState, batch: Batch, ref_params=None):
         with use_mesh(setup.mesh, setup.rules):
-            check_batch(batch, required, n_micro, divisor, name)
+            check_batch(batch, required, n_micro, divisor, name, micro_unit)
             fault = batch.get(FAULT_FIELD)
             batch = {k: v for k, v in batch.items() if k != FAULT_FIELD}
             trainable, frozen = split_trainable(state.params, setup.trainable)
             diff = (trainable, state.critic_params) if with_critic else (trainable,)
             loss_fn, metrics = loss_factory(batch, frozen, ref_params)
-            loss, grads, micro_metrics = accumulate(setup, loss_fn, diff, to_micro(batch, n_micro))
+            loss, grads, micro_metrics = accumulate(
+                setup, loss_fn, diff, to_micro(batch, n_micro, micro_unit)
+            )
             if fault is not None:
                 loss = loss * fault[0, 0]
                 grads = jax.tree.map(lambda g: g * fault[0, 1].astype(g.dtype), grads)

@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from memr1.models import config, masks
 from memr1.models.transformer import forward, init_model, logits_fn
@@ -79,3 +80,67 @@ def test_entropy_of_uniform_logits():
     )
     np.testing.assert_allclose(lp, np.log(0.1), rtol=1e-6)
     np.testing.assert_allclose(ent, np.log(10.0), rtol=1e-6)
+
+
+def _grouped_batch(group=3, prompts=2, p=7, n=5, seed=6):
+    """Left-padded prompts repeated `group` times, each row its own right-padded response."""
+    k1, k2 = jax.random.split(jax.random.key(seed))
+    prompt = np.asarray(jax.random.randint(k1, (prompts, p), 0, CFG.vocab_size))
+    resp = np.asarray(jax.random.randint(k2, (prompts * group, n), 0, CFG.vocab_size))
+    pvalid = np.ones((prompts, p), bool)
+    pvalid[0, :3] = False  # the first prompt is shorter, left-padded
+    rvalid = np.ones((prompts * group, n), bool)
+    rvalid[1, 2:] = False  # responses of different lengths, right-padded
+    rvalid[4, 4:] = False
+    tokens = np.concatenate([np.repeat(prompt, group, 0), resp], 1)
+    valid = np.concatenate([np.repeat(pvalid, group, 0), rvalid], 1)
+    return jnp.asarray(tokens), jnp.asarray(valid)
+
+
+def test_grouped_logprobs_equal_whole_rows_on_the_responses():
+    graphdef, params = init_model(CFG, seed=7)
+    tokens, valid = _grouped_batch()
+    ref, ref_ent = logprobs.sequence_logprobs(graphdef, params, tokens, valid, temperature=0.8)
+    got, ent = logprobs.grouped_logprobs(
+        graphdef, params, tokens, valid, group=3, prompt_width=7, temperature=0.8, chunk=2
+    )
+    resp = np.asarray(valid[:, 7:])
+    np.testing.assert_allclose(
+        np.asarray(got[:, 7:])[resp], np.asarray(ref[:, 7:])[resp], atol=1e-5
+    )
+    np.testing.assert_allclose(
+        np.asarray(ent[:, 7:])[resp], np.asarray(ref_ent[:, 7:])[resp], atol=1e-5
+    )
+    np.testing.assert_array_equal(np.asarray(got)[:, 7:][~resp], 0.0)  # padding
+    np.testing.assert_array_equal(got[:, :7], 0.0)  # prompt columns
+
+
+def test_grouped_logprobs_gradients_equal_whole_rows():
+    graphdef, params = init_model(CFG, seed=8)
+    tokens, valid = _grouped_batch(seed=9)
+    weights = jax.random.normal(jax.random.key(10), tokens.shape) * valid[:, :]
+    weights = weights.at[:, :7].set(0.0)  # a loss on response tokens only, as GRPO's
+
+    def loss(fn, p):
+        return (fn(p)[0] * weights).sum()
+
+    g1 = jax.grad(
+        lambda p: loss(lambda q: logprobs.sequence_logprobs(graphdef, q, tokens, valid), p)
+    )(params)
+    g2 = jax.grad(
+        lambda p: loss(
+            lambda q: logprobs.grouped_logprobs(
+                graphdef, q, tokens, valid, group=3, prompt_width=7
+            ),
+            p,
+        )
+    )(params)
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_grouped_logprobs_refuse_rows_that_do_not_split_into_groups():
+    graphdef, params = init_model(CFG, seed=1)
+    tokens, valid = _grouped_batch()
+    with pytest.raises(ValueError, match="groups of 4"):
+        logprobs.grouped_logprobs(graphdef, params, tokens, valid, group=4, prompt_width=7)

@@ -117,3 +117,50 @@ def test_grpo_batch_from_rollout_lines_up_tokens_masks_and_logprobs():
     np.testing.assert_array_equal(batch["old_logp"][0], [0, 0, 0, -0.5, -1.0, 0])
     np.testing.assert_allclose(batch["advantages"], [0.7071, -0.7071], atol=1e-4)
     assert float(stats["zero_signal_frac"]) == 0.0
+
+
+def _grouped(g: int) -> dict:
+    """tiny.grpo_batch as rollout rows: the G samples of a prompt share its columns."""
+    batch = tiny.grpo_batch(group=g)
+    for k in ("tokens", "valid"):
+        batch[k][:, : tiny.PROMPT] = np.repeat(batch[k][::g, : tiny.PROMPT], g, axis=0)
+    return batch
+
+
+@pytest.mark.parametrize("n_micro", [1, 2])
+def test_shared_prompt_step_equals_whole_rows(policy, reference, n_micro):
+    """Running each group's prompt once (prompt_group=G) gives the loss, gradients and metrics
+    of running every row whole, with and without micro-batches."""
+    setup, s0 = policy
+    g = 2
+    batch = _grouped(g)
+    cfg = dict(n_micro=n_micro, kl_beta=0.05, logprob_chunk=tiny.CHUNK)
+    shared_cfg = grpo.GRPOConfig(prompt_group=g, response_width=tiny.LENGTH - tiny.PROMPT, **cfg)
+    l1, g1, m1 = grpo.make_grpo_step(setup, grpo.GRPOConfig(**cfg), grads_only=True)(
+        s0, batch, reference
+    )
+    l2, g2, m2 = grpo.make_grpo_step(setup, shared_cfg, grads_only=True)(s0, batch, reference)
+    assert float(l1) != 0.0
+    assert float(l2) == pytest.approx(float(l1), abs=1e-6)
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    for key in ("entropy", "n_tokens", "clip_frac", "kl"):
+        assert float(m2[key]) == pytest.approx(float(m1[key]), abs=1e-6), key
+
+
+def test_to_micro_keeps_units_whole():
+    rows = jnp.arange(12)
+    np.testing.assert_array_equal(update.to_micro({"x": rows}, 2)["x"][0], [0, 2, 4, 6, 8, 10])
+    np.testing.assert_array_equal(
+        update.to_micro({"x": rows}, 2, 3)["x"], [[0, 1, 2, 6, 7, 8], [3, 4, 5, 9, 10, 11]]
+    )
+
+
+def test_shared_prompt_refuses_bad_shapes(policy):
+    setup, s0 = policy
+    with pytest.raises(ValueError, match="response_width"):
+        grpo.GRPOConfig(prompt_group=4)
+    # 8 rows do not split into 2 micro-batches of whole groups of 8.
+    cfg = grpo.GRPOConfig(prompt_group=8, response_width=10, n_micro=2, kl_beta=0.0)
+    with pytest.raises(ValueError, match="whole groups of 8"):
+        grpo.make_grpo_step(setup, cfg).trace(s0, _grouped(8))
