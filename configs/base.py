@@ -174,7 +174,9 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
     `layers/0/attn`), scaled by `lora_alpha / lora_rank`; 0 trains every weight (the paper).
     `shared_prompt` (GRPO): the G samples of a prompt share one forward pass of the prompt in the
     update (`memr1.rl.logprobs.grouped_logprobs`: same values, far fewer tokens); micro-batches
-    then hold whole groups.
+    then hold whole groups. `drop_zero_signal` (GRPO): groups whose G rewards are all equal
+    (zero advantages) skip the update (`memr1.train.batches.keep_signal_groups`); off in the
+    paper's setting, it changes the loss normalisation.
     """
     return ml_collections.ConfigDict(
         {
@@ -190,6 +192,7 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
             "ddof": 1,
             "n_micro": 1,
             "shared_prompt": True,
+            "drop_zero_signal": False,
             "temperature": 1.0,
             "max_new_tokens": 512 if stage == "manager" else 256,
             "answer_max_new_tokens": 64,

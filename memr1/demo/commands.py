@@ -60,6 +60,8 @@ def stage_overrides(s: DemoSettings, seed: int, *, stage: str, algo: str) -> dic
         o["train.answer_max_new_tokens"] = s.answer_max_new
         # The frozen answerer answers the G candidate banks of a state in one call.
         o["agents.batch_size"] = s.group
+    if algo == "grpo" and stage in ("answer", "manager"):
+        o["train.drop_zero_signal"] = s.drop_zero_signal
     if algo == "ppo":
         o["train.critic_lr"] = 10 * (s.answer_lr if stage == "answer" else s.manager_lr)
     return o

@@ -77,6 +77,8 @@ class DemoSettings:
       answer_steps, answer_batch, answer_lr, answer_max_new: GRPO/PPO of the Answer Agent.
       manager_steps, manager_batch, manager_lr, manager_max_new: GRPO/PPO of the manager.
       group: G samples per state; kl_beta: KL penalty to the warm start.
+      drop_zero_signal: GRPO updates skip groups whose G rewards are all equal
+        (`memr1.train.batches.keep_signal_groups`).
       eval_batch: rows per sampler call in evaluation.
     """
 
@@ -111,6 +113,7 @@ class DemoSettings:
     manager_max_new: int = 64
     group: int = 8
     kl_beta: float = 0.0
+    drop_zero_signal: bool = False
     eval_batch: int = 8
 
     def with_seed(self, seed: int) -> SynthConfig:

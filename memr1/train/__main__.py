@@ -221,6 +221,11 @@ def train(
     mesh.maybe_initialize_distributed()
     t = config.train
     # Settings that cannot work are refused here, before a model is loaded or compiled.
+    if t.drop_zero_signal and config.algo != "grpo":
+        raise ValueError(
+            f"config train.drop_zero_signal=True is a GRPO option (algo={config.algo}: its "
+            "advantages do not vanish with the group's reward spread)"
+        )
     loop_cfg = loop.LoopConfig(
         steps=t.steps,
         batch_size=t.batch_size,
@@ -230,6 +235,8 @@ def train(
         on_nonfinite=t.on_nonfinite,
         desc=f"{config.stage}/{config.algo}",
         inject_nonfinite=tuple(inject_nonfinite),
+        drop_zero_signal=bool(t.drop_zero_signal),
+        n_micro=t.n_micro,
     )
     if isinstance(t.keep, bool) or not isinstance(t.keep, int) or t.keep < 1:
         raise ValueError(f"config train.keep={t.keep!r}: must be an integer >= 1")

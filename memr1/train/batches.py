@@ -7,6 +7,7 @@ compiles a handful of programs over a run, not one per batch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -61,3 +62,40 @@ def pack_rollout(
         "sampler_logp": logp,
     }
     return batch, {k: float(v) for k, v in stats.items()}
+
+
+def keep_signal_groups(
+    batch: dict[str, np.ndarray], group: int, quantum: int
+) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """Drops GRPO groups whose samples all earned the same reward (DAPO's dynamic sampling).
+
+    Such a group's advantages are all zero, so its rows add nothing to the policy gradient but
+    cost a full forward and backward pass. The groups with signal are kept (in order) and the
+    batch is filled up with zero-signal groups to the next multiple of `quantum` groups, so the
+    jitted update sees at most B / quantum shapes and rows still split over devices and
+    micro-batches. What changes: the token-mean loss is normalised over the kept tokens only
+    (a larger step per signal-carrying token), and a KL penalty covers the kept rows only.
+
+    Returns:
+      (the smaller batch, {"kept_groups_frac": ...}); `batch` unchanged if nothing can be dropped.
+    """
+    rows = len(batch["advantages"])
+    if group < 1 or quantum < 1 or rows % group:
+        raise ValueError(f"{rows} rows do not split into groups of {group} (quantum {quantum})")
+    n = rows // group
+    signal = np.any(batch["advantages"].reshape(n, group) != 0, axis=1)
+    keep = max(quantum, -(-int(signal.sum()) // quantum) * quantum)
+    if keep >= n:
+        return batch, {"kept_groups_frac": 1.0}
+    order = np.concatenate([np.flatnonzero(signal), np.flatnonzero(~signal)])[:keep]
+    order.sort()  # the rollout's own order among the kept groups
+    idx = (order[:, None] * group + np.arange(group)[None, :]).reshape(-1)
+    return {k: v[idx] for k, v in batch.items()}, {"kept_groups_frac": keep / n}
+
+
+def signal_quantum(batch_size: int, group: int, n_micro: int, devices: int) -> int:
+    """The group multiple `keep_signal_groups` keeps: kept rows still split into `n_micro`
+    micro-batches of whole groups over `devices` data×fsdp shards, and at most 4 batch shapes
+    are compiled (a quantum of at least a quarter of the batch)."""
+    base = math.lcm(n_micro, devices // math.gcd(devices, group))
+    return base * max(1, -(-batch_size // (4 * base)))

@@ -45,10 +45,15 @@ class LoopConfig:
     # Fault drills only: (step, "loss" | "grads") pairs whose loss becomes NaN or whose
     # gradients become inf inside the real update step, to exercise the NaN/inf guard.
     inject_nonfinite: tuple[tuple[int, str], ...] = ()
+    # GRPO only: drop groups without reward signal before the update
+    # (`batches.keep_signal_groups`); `n_micro` is the update's micro-batch count, which the
+    # kept rows must still split into.
+    drop_zero_signal: bool = False
+    n_micro: int = 1
 
     def __post_init__(self):
         # Checked here so that a bad setting fails before any model is loaded or compiled.
-        for name in ("steps", "batch_size", "group_size", "checkpoint_every"):
+        for name in ("steps", "batch_size", "group_size", "checkpoint_every", "n_micro"):
             value = getattr(self, name)
             if isinstance(value, bool) or int(value) != value or value < 1:
                 raise ValueError(f"train.{name}={value!r}: must be an integer >= 1")
@@ -229,6 +234,10 @@ def run_rl(
     if writer is not None:
         writer.drop_from(start)
     lag = LaggedMetrics()
+    devices = setup.mesh.shape["data"] * setup.mesh.shape["fsdp"]
+    quantum = 0
+    if cfg.drop_zero_signal:
+        quantum = batches.signal_quantum(cfg.batch_size, cfg.group_size, cfg.n_micro, devices)
     bar = progress(range(start, cfg.steps), total=cfg.steps, initial=start, desc=cfg.desc)
     for step in bar:
         started = time.perf_counter()
@@ -240,6 +249,9 @@ def run_rl(
         batch, gstats = batches.pack_rollout(
             groups, rewards, response_width=response_width, pad_id=pad_id
         )
+        if quantum:
+            batch, kept = batches.keep_signal_groups(batch, cfg.group_size, quantum)
+            gstats = {**gstats, **kept}
         # -- update -------------------------------------------------------------------------
         state, metrics = update(state, with_faults(batch, step, cfg))
         metrics = {**metrics, **rstats, **gstats}

@@ -61,7 +61,7 @@ def answer_policy(tmp_path_factory):
     return cfg, m, policy, update
 
 
-def _run(answer_policy, steps, workdir):
+def _run(answer_policy, steps, workdir, drop_zero_signal=False):
     cfg, m, policy, update = answer_policy
     setup, s0 = state.create_train_state(m, cfg, state.OptimConfig(lr=1e-3, warmup_steps=1), seed=3)
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=6)
@@ -78,7 +78,13 @@ def _run(answer_policy, steps, workdir):
             update,
             STATES,
             do_rollout,
-            cfg=loop.LoopConfig(steps=steps, batch_size=2, group_size=4, checkpoint_every=1),
+            cfg=loop.LoopConfig(
+                steps=steps,
+                batch_size=2,
+                group_size=4,
+                checkpoint_every=1,
+                drop_zero_signal=drop_zero_signal,
+            ),
             response_width=6,
             pad_id=policy.pad_id,
             checkpointer=ckpt,
@@ -108,6 +114,25 @@ def test_grpo_loop_logs_and_resumes_exactly(answer_policy, tmp_path):
     for a, b in zip(jax.tree.leaves(straight.params), jax.tree.leaves(resumed.params)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert int(resumed.step) == 2
+
+
+def test_dropping_zero_signal_groups_updates_on_the_signal_rows_only(answer_policy, tmp_path):
+    """Same seed, same rollouts: with drop_zero_signal each step's update sees only the groups
+    with a reward spread (one group of 4 rows at least), and the token counts say so."""
+    _run(answer_policy, 3, tmp_path / "all")
+    _run(answer_policy, 3, tmp_path / "drop", drop_zero_signal=True)
+    full = read_jsonl(tmp_path / "all" / "logs" / "metrics.jsonl")
+    dropped = read_jsonl(tmp_path / "drop" / "logs" / "metrics.jsonl")
+    # The first rollout is identical (same parameters and key); later ones follow the updates.
+    assert dropped[0]["train/reward"] == full[0]["train/reward"]
+    for r in dropped:
+        kept = r["train/kept_groups_frac"]
+        signal = 1.0 - r["train/zero_signal_frac"]
+        assert kept == max(signal, 0.5), r  # 2 groups a step, at least one kept
+    first_kept = dropped[0]["train/kept_groups_frac"]
+    assert dropped[0]["train/n_tokens"] <= full[0]["train/n_tokens"]
+    if first_kept < 1.0:
+        assert dropped[0]["train/n_tokens"] < full[0]["train/n_tokens"]
 
 
 def test_batch_indices_cover_each_epoch_once():
