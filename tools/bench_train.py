@@ -49,6 +49,7 @@ def parse_args(argv):
     p.add_argument("--batch", type=int, default=8, help="rows (B prompts x G samples)")
     p.add_argument("--group", type=int, default=4, help="G samples per prompt; divides --batch")
     p.add_argument("--length", type=int, default=None, help="tokens per row (256; --gpu: 1024)")
+    p.add_argument("--prompt", type=int, default=None, help="prompt tokens per row (length / 2)")
     p.add_argument("--remat", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--kl-beta", type=float, default=0.001, help="0 skips the reference pass")
     p.add_argument("--clip-eps", type=float, default=0.2)
@@ -66,6 +67,12 @@ def parse_args(argv):
         "0 leaves XLA its own pool and tries every count of --torch-threads",
     )
     p.add_argument("--torch-threads", default="1,2", help="with --cpu-threads 0 (not --gpu)")
+    p.add_argument(
+        "--shared-prompt",
+        action="store_true",
+        help="the G rows of a group share their prompt (as rollouts do) and memr1 runs it once\n"
+        "per group (train.shared_prompt); the peer runs every row whole",
+    )
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch baseline")
     p.add_argument(
         "--interleave",
@@ -96,6 +103,9 @@ def parse_args(argv):
         p.error(f"--group {args.group} must be >= 2 and divide --batch {args.batch}")
     if args.length < 4 or args.warmup < 1 or args.steps < 1:
         p.error("--length must be >= 4, --warmup and --steps >= 1")
+    args.prompt = args.length // 2 if args.prompt is None else args.prompt
+    if not 0 < args.prompt < args.length:
+        p.error(f"--prompt {args.prompt} must be between 1 and --length - 1")
     return args
 
 
@@ -114,12 +124,14 @@ def make_batch(cfg, args) -> dict[str, np.ndarray]:
 
     rng = np.random.default_rng(args.seed)
     b, t = args.batch, args.length
-    prompt = t // 2
+    prompt = args.prompt
     # Responses fill between half and all of their budget, so the loss mask has ragged ends.
     resp = rng.integers((t - prompt + 1) // 2, t - prompt + 1, size=b)
     col = np.arange(t)[None, :]
     valid = col < (prompt + resp)[:, None]
     tokens = np.where(valid, rng.integers(1, cfg.vocab_size, size=(b, t)), 0).astype(np.int32)
+    if args.shared_prompt:  # the G samples of a prompt: same prompt columns
+        tokens[:, :prompt] = np.repeat(tokens[:: args.group, :prompt], args.group, axis=0)
     rewards = rng.integers(0, 2, size=(b // args.group, args.group)).astype(np.float32)
     rewards[0, :2] = (1.0, 0.0)  # at least one group carries signal
     adv, _ = grpo_advantages(rewards, ddof=1)
@@ -206,8 +218,12 @@ class JaxEngine:
         from memr1.train.update import shard_batch
 
         self.n_params, self.state, self.peak_fn = n_params, state, peak_fn
+        shared = dict(prompt_group=args.group, response_width=args.length - args.prompt)
         cfg = GRPOConfig(
-            clip_eps=args.clip_eps, kl_beta=args.kl_beta, logprob_chunk=args.logprob_chunk
+            clip_eps=args.clip_eps,
+            kl_beta=args.kl_beta,
+            logprob_chunk=args.logprob_chunk,
+            **(shared if args.shared_prompt else {}),
         )
         step = make_grpo_step(setup, cfg)
         self.batch = shard_batch(setup, batch)
