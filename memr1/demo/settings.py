@@ -103,9 +103,9 @@ class DemoSettings:
     sft_steps: int = 2200
     sft_batch: int = 8
     sft_lr: float = 3e-3
-    answer_steps: int = 30
-    answer_batch: int = 4
-    answer_lr: float = 1e-4
+    answer_steps: int = 120
+    answer_batch: int = 16
+    answer_lr: float = 3e-4
     answer_max_new: int = 40
     manager_steps: int = 30
     manager_batch: int = 4
