@@ -120,16 +120,22 @@ train_flags() {
     die "MEMR1_MESH=$MESH does not cover the $devices devices (data x fsdp x tensor must equal it)"
   shards=$((data * fsdp))
   rows=$((BATCH * GROUP))
-  ((rows % (MICRO_ROWS * shards) == 0)) ||
+  # A micro-batch holds MICRO_ROWS rows per shard and, with train.shared_prompt (the default),
+  # whole groups of GROUP rows: the smallest size that is both.
+  local micro=$((MICRO_ROWS * shards)) a b
+  a=$micro b=$GROUP
+  while ((b)); do read -r a b <<<"$b $((a % b))"; done
+  micro=$((micro / a * GROUP))
+  ((rows % micro == 0)) ||
     die "MEMR1_BATCH x MEMR1_GROUP = $rows rows do not split into micro-batches of" \
-      "$MICRO_ROWS rows on each of $shards data x fsdp shards"
+      "$MICRO_ROWS rows on each of $shards data x fsdp shards holding whole groups of $GROUP"
   local flags=(
     --config "$REPO/configs/memr1.py:backbone=$BACKBONE,algo=$ALGO,stage=$stage,dataset=locomo"
     --config.mesh.data="$data" --config.mesh.fsdp="$fsdp" --config.mesh.tensor="$tensor"
     --config.model.remat=True
     --config.train.lr=1e-6 --config.train.critic_lr=1e-5
     --config.train.batch_size="$BATCH" --config.train.group_size="$GROUP"
-    --config.train.n_micro=$((rows / (MICRO_ROWS * shards)))
+    --config.train.n_micro=$((rows / micro))
     --config.train.temperature=1.0 --config.train.max_new_tokens="$MAX_RESPONSE"
     --config.agents.max_prompt_tokens=4096
   )
