@@ -87,10 +87,17 @@ def sequence_logprobs(
         temperature=temperature,
         chunk=chunk,
     )
-    # A target counts if it is real and some real token precedes it in the row.
-    has_context = jnp.cumsum(valid.astype(jnp.int32), axis=-1)[:, :-1] > 0
-    target_mask = valid[:, 1:] & has_context
-    zeros = jnp.zeros_like(logp[:, :1])
+    return _place_targets(logp, ent, valid, 1)
+
+
+def _place_targets(logp, ent, valid_BT, first: int) -> tuple[jax.Array, jax.Array]:
+    """Per-target values of columns `first`.. laid into [B, T] rows, 0 in the columns before.
+
+    A target counts if it is real and some real token precedes it in the row.
+    """
+    has_context = jnp.cumsum(valid_BT.astype(jnp.int32), axis=-1)[:, first - 1 : -1] > 0
+    target_mask = valid_BT[:, first:] & has_context
+    zeros = jnp.zeros((logp.shape[0], first), logp.dtype)
     logp = jnp.concatenate([zeros, jnp.where(target_mask, logp, 0.0)], axis=1)
     ent = jnp.concatenate([zeros, jnp.where(target_mask, ent, 0.0)], axis=1)
     return logp, ent
@@ -161,9 +168,4 @@ def grouped_logprobs(
         temperature=temperature,
         chunk=chunk,
     )
-    has_context = jnp.cumsum(valid.astype(jnp.int32), axis=-1)[:, p - 1 : -1] > 0
-    target_mask = valid[:, p:] & has_context
-    zeros = jnp.zeros((rows, p), logp.dtype)
-    logp = jnp.concatenate([zeros, jnp.where(target_mask, logp, 0.0)], axis=1)
-    ent = jnp.concatenate([zeros, jnp.where(target_mask, ent, 0.0)], axis=1)
-    return logp, ent
+    return _place_targets(logp, ent, valid, p)

@@ -247,15 +247,7 @@ def train(
         raise ValueError(f"algo={config.algo} needs --tuples (python -m memr1.data.tuples)")
     if config.algo != "sft" and config.stage == "manager":
         check_memory_config(config.memory)
-    grpo_cfg = grpo.GRPOConfig(
-        clip_eps=t.clip_eps,
-        kl_beta=t.kl_beta,
-        kl_estimator=t.kl_estimator,
-        temperature=t.temperature,
-        n_micro=t.n_micro,
-        prompt_group=t.group_size if config.algo == "grpo" and t.shared_prompt else 1,
-        response_width=t.max_new_tokens,
-    )
+    grpo_cfg = grpo.GRPOConfig.from_train_config(t)
     models = prepare_models(
         config,
         hf_dir=hf_dir or config.hf_dir,

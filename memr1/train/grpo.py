@@ -66,6 +66,19 @@ class GRPOConfig:
                 f"after the shared prompt); got {self.response_width}"
             )
 
+    @classmethod
+    def from_train_config(cls, t) -> GRPOConfig:
+        """The GRPO update of a `configs/base.py` train section (refuses bad settings)."""
+        return cls(
+            clip_eps=t.clip_eps,
+            kl_beta=t.kl_beta,
+            kl_estimator=t.kl_estimator,
+            temperature=t.temperature,
+            n_micro=t.n_micro,
+            prompt_group=t.group_size if t.shared_prompt else 1,
+            response_width=t.max_new_tokens,
+        )
+
     def logprobs(self, graphdef, params, tokens_BT, valid_BT):
         """(logp, entropy) of every row's tokens under `params`, as the loss reads them."""
         kw = dict(temperature=self.temperature, chunk=self.logprob_chunk)
