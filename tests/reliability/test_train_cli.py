@@ -84,6 +84,9 @@ CASES = [
     ("cap_neg", MANAGER, {"memory.capacity": -4}, {"tuples": "t"}, "memory.capacity=-4"),
     ("text0", MANAGER, {"memory.text_bytes": 0}, {"tuples": "t"}, "memory.text_bytes=0"),
     ("retriever", MANAGER, {"memory.retriever": "faiss"}, {"tuples": "t"}, "memory.retriever"),
+    ("micro0", "runlocal,algo=sft", {"train.n_micro": 0}, {}, "train.n_micro=0"),
+    ("drop_ppo", "runlocal,algo=ppo,stage=answer", {"train.drop_zero_signal": True},
+     {"tuples": "t"}, "drop_zero_signal=True is a GRPO option"),
 ]  # fmt: skip
 
 
