@@ -5,22 +5,23 @@ it keeps the memories about the person and topic the question asks about, picks 
 answers from that memory alone: the city it names, its list of pets, the date its relative time
 expression resolves to against the memory's timestamp, the cuisine of the food it names.
 
-The designed flaws are the pick and, optionally (``person_blind``), whose memories count. Half
-of the time it takes the OLDEST related memory (it reads in time order and stops at the first
-that fits), otherwise any related memory at random; the prompt asks for the newest. When a bank
-holds a stale and a current memory of the same thing (a city before and after a move, a trip and
-its replacement) the stale one is therefore its most likely pick, three times out of four with
-two candidates. Measured on the demo's validation split this costs it about one EM point (such
-pairs are rarely both retrieved). Person-blind, it also takes the other speaker's memory of the
-same topic for a question about one person ("answers from all retrieved memories without
-selecting"): that costs it 14 EM points (77.6 -> 63.8 on validation, seed 0). These systematic
+The designed flaws are whose memories count, whether it selects at all, and the pick.
+Person-blind (``person_blind``, on in the demo), it takes the other speaker's memory of the same
+topic as related to a question about one person. Hedging (``hedge``, 0.7 in the demo), when
+several memories are related it does not select: it distils all of them and answers with all
+their answers joined by " or " ("paella or curry"), which exact match scores 0 ("answers from all
+retrieved memories without selecting"). Otherwise it picks ONE related memory: half of the time
+the OLDEST (it reads in time order and stops at the first that fits), else any at random; the
+prompt asks for the newest. Measured on the demo's validation split (seed 0, teacher-built
+banks): the pick alone costs about one EM point (a stale and a current memory are rarely both
+retrieved; 76.7 EM), person-blind 13 more (63.8), hedging 0.7 another 11 (52.6). These systematic
 errors are what greedy decoding of a policy cloned from it inherits, and what RL on exact match
 can repair.
 
-The reply is written with the real formatter (``format_answer_output``): the chosen memory's text
-as the distilled memory (without its timestamp: a shorter line is easier for a tiny model to copy),
-then ``**Answer:**``. The random pick is seeded by the question and the
-memories, so a trace can be regenerated exactly.
+The reply is written with the real formatter (``format_answer_output``): the chosen memories'
+texts as the distilled memories (without timestamps: a shorter line is easier for a tiny model
+to copy), then ``**Answer:**``. The random choices are seeded by the question and the memories,
+so a trace can be regenerated exactly.
 """
 
 from __future__ import annotations
@@ -125,6 +126,19 @@ def _joint_answer(question: Question, picks: Sequence[Sentence | None]) -> str:
     return question.names[0] if counts[0] >= counts[1] else question.names[1]
 
 
+def _hedged(question: Question, relevant, rng: random.Random) -> tuple[list[str], str]:
+    """Every related memory distilled, in random order, and their distinct answers joined by
+    " or ": the reply of a reader that does not select."""
+    order = list(relevant)
+    rng.shuffle(order)
+    answers: list[str] = []
+    for (when, _), sentence in order:
+        answer = read_answer(question, sentence, when)
+        if answer not in answers:
+            answers.append(answer)
+    return [text for (_, text), _ in order], " or ".join(answers)
+
+
 class CarelessAnswerTeacher:
     """``teacher(question, memories_by_speaker) -> (distilled lines, answer)``.
 
@@ -134,14 +148,26 @@ class CarelessAnswerTeacher:
       person_blind: for a question about one person, it takes the memories about the topic of
         BOTH speakers as related, without checking whose they are (it answers "What is Andrew's
         favorite food?" from Maria's favourite food as readily as from Andrew's).
+      hedge: how often, when several memories are related to a one-person question, it does not
+        select at all: it distils every related memory (in random order) and answers with their
+        distinct answers joined by " or " ("Austin or Chicago"), which exact match scores 0.
     """
 
     name = "careless-reader-rules"
 
-    def __init__(self, seed: int = 0, stale_bias: float = 0.5, person_blind: bool = False):
+    def __init__(
+        self,
+        seed: int = 0,
+        stale_bias: float = 0.5,
+        person_blind: bool = False,
+        hedge: float = 0.0,
+    ):
+        if not 0.0 <= float(hedge) <= 1.0:
+            raise ValueError(f"CarelessAnswerTeacher.hedge: expected a probability, got {hedge}")
         self.seed = int(seed)
         self.stale_bias = float(stale_bias)
         self.person_blind = bool(person_blind)
+        self.hedge = float(hedge)
 
     def _rng(self, question: str, memories: Mapping[str, Sequence[Memory]]) -> random.Random:
         blob = json.dumps(
@@ -169,6 +195,8 @@ class CarelessAnswerTeacher:
             if not relevant:
                 picks.append(None)
                 continue
+            if len(parsed.names) == 1 and len(relevant) > 1 and rng.random() < self.hedge:
+                return _hedged(parsed, relevant, rng)
             # The designed flaw: the oldest related memory, or any; never a deliberate newest.
             if rng.random() < self.stale_bias:
                 (when, text), sentence = min(relevant, key=lambda r: _age_key(r[0][0]))

@@ -15,12 +15,14 @@ other phrases ("fair" in "a craft fair").
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memr1.data.synthloco.world import SynthConfig, Vocab
+from memr1.data.tuples.schema import AnswerTuple
 
 
 def entity_lists(synth: SynthConfig) -> tuple[tuple[str, ...], ...]:
@@ -98,4 +100,37 @@ def augment_rows(
             out.append(rename_row(row, random_renaming(lists, rng, pool)))
         else:
             out.append(dict(row))
+    return out
+
+
+def rename_answer_tuple(t: AnswerTuple, mapping: Mapping[str, str]) -> AnswerTuple:
+    """An answer tuple with the same renaming applied to its question, gold answer, speakers and
+    memories (a renamed speaker keeps their memories)."""
+    memories = tuple(
+        dataclasses.replace(m, speaker=rename(m.speaker, mapping), text=rename(m.text, mapping))
+        for m in t.memories
+    )
+    speakers = (rename(t.speakers[0], mapping), rename(t.speakers[1], mapping))
+    return dataclasses.replace(
+        t,
+        question=rename(t.question, mapping),
+        answer=rename(t.answer, mapping),
+        speakers=speakers,
+        memories=memories,
+    )
+
+
+def renamed_answer_states(
+    tuples: Sequence[AnswerTuple], lists: Sequence[Sequence[str]], copies: int, seed: int
+) -> list[AnswerTuple]:
+    """RL states: ``tuples`` followed by ``copies`` renamed copies of each, every copy with its
+    own random renaming. A policy rewarded on the same 600 questions again and again learns
+    their answers ("Andrew's favorite food is dumplings" in this world) along with how to read;
+    with the names shuffled per copy only reading the memories is rewarded."""
+    if copies < 0:
+        raise ValueError(f"renamed copies must be >= 0, got {copies}")
+    rng = random.Random(seed)
+    out = list(tuples)
+    for _ in range(copies):
+        out += [rename_answer_tuple(t, random_renaming(lists, rng)) for t in tuples]
     return out

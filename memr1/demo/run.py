@@ -6,6 +6,8 @@
   tokenizer  byte-level BPE on the train split's text (train_bpe_tokenizer), HF format
   base       the tiny backbone, randomly initialised, exported as an HF checkpoint
   sft        one policy warm-started on both agents' traces (memr1.train.train, algo=sft)
+  rl_tuples  the answer stage's states: the train tuples plus entity-renamed copies of the
+             answer tuples (only with ``rl_rename_copies``)
   rl_answer  GRPO (or PPO) of the Answer Agent from the warm start, reward = EM
   rl_manager GRPO (or PPO) of the manager from the warm start, reward = EM of the FROZEN
              RL-trained Answer Agent over the bank each sampled output produces
@@ -46,6 +48,7 @@ class SeedRun:
         self.timings: dict[str, float] = {}
         self.data = self.root / "data"
         self.tuples = self.root / "tuples"
+        self.rl_tuples = self.root / "rl_tuples"
         self.sft_data = self.root / "traces" / "sft.jsonl"
         self.copy_data = self.root / "traces" / "copy.jsonl"
         self.copy = self.root / "copy"
@@ -112,7 +115,9 @@ class SeedRun:
         )
 
     def answer_teacher(self) -> CarelessAnswerTeacher:
-        return CarelessAnswerTeacher(self.seed, self.s.stale_bias, self.s.person_blind)
+        return CarelessAnswerTeacher(
+            self.seed, self.s.stale_bias, self.s.person_blind, self.s.hedge
+        )
 
     def make_tuples(self) -> None:
         from memr1.data.tuples import write_tuples
@@ -122,6 +127,21 @@ class SeedRun:
         built = self.teacher_tuples("train")
         meta = {"teacher": MemZeroLikeTeacher.name, "window": -1, "counts": built.counts}
         write_tuples(self.tuples, built.manager, built.answer, meta, overwrite=True)
+
+    def make_rl_tuples(self) -> None:
+        """The answer stage's states: the train tuples plus renamed copies of the answer ones."""
+        from memr1.data.tuples import read_tuples, write_tuples
+
+        if (self.rl_tuples / "metadata.json").is_file():
+            return
+        lists = augment.entity_lists(self.s.synth)
+        answer = augment.renamed_answer_states(
+            read_tuples(self.tuples, "answer"), lists, self.s.rl_rename_copies, self.seed + 7
+        )
+        meta = {"from": str(self.tuples), "renamed_copies": self.s.rl_rename_copies}
+        write_tuples(
+            self.rl_tuples, read_tuples(self.tuples, "manager"), answer, meta, overwrite=True
+        )
 
     def make_traces(self) -> None:
         from memr1.data.tuples import read_tuples
@@ -249,14 +269,17 @@ class SeedRun:
     def train_answer(self) -> None:
         overrides = stage_overrides(self.s, self.seed, stage="answer", algo=self.algo)
         arg = f"stage=answer,algo={self.algo},runlocal"
-        self._train(arg, overrides, self.rl_answer, init=self.sft)
+        tuples = self.rl_tuples if self.s.rl_rename_copies else self.tuples
+        self._train(arg, overrides, self.rl_answer, init=self.sft, tuples=tuples)
 
     def train_manager(self) -> None:
         overrides = stage_overrides(self.s, self.seed, stage="manager", algo=self.algo)
         arg = f"stage=manager,algo={self.algo},runlocal"
         self._train(arg, overrides, self.rl_manager, init=self.sft, answer=self.rl_answer)
 
-    def _train(self, arg, overrides, workdir: Path, *, sft_data=None, init=None, answer=None):
+    def _train(
+        self, arg, overrides, workdir: Path, *, sft_data=None, init=None, answer=None, tuples=None
+    ):
         """``python -m memr1.train`` for one stage (it resumes from its own checkpoints).
 
         A stage whose last step is already saved is not started again at all.
@@ -265,7 +288,8 @@ class SeedRun:
         if last.is_file():
             return
         args = config_flags(arg, overrides)
-        args += [f"--workdir={workdir}", f"--hf_dir={self.base}", f"--tuples={self.tuples}"]
+        tuples = self.tuples if tuples is None else tuples
+        args += [f"--workdir={workdir}", f"--hf_dir={self.base}", f"--tuples={tuples}"]
         if sft_data is not None:
             args.append(f"--sft_data={sft_data}")
         if init is not None:
@@ -319,6 +343,8 @@ class SeedRun:
             self._timed("copy_data", self.make_copy_data)
             self._timed("copy", self.train_copy)
         self._timed("sft", self.train_sft)
+        if self.s.rl_rename_copies:
+            self._timed("rl_tuples", self.make_rl_tuples)
         self._timed(f"answer_{self.algo}", self.train_answer)
         self._timed(f"manager_{self.algo}", self.train_manager)
         results = {}

@@ -60,11 +60,16 @@ class DemoSettings:
       stale_bias: how often the answer teacher takes the oldest related memory.
       person_blind: whether the answer teacher counts the other speaker's memories of the topic
         as related (answer_teacher.CarelessAnswerTeacher).
+      hedge: how often the answer teacher, given several related memories, answers with all of
+        their answers joined by " or " instead of selecting one.
       direct_fraction: share of answer traces also written in the no-distillation style.
       full_text_fraction: share of traces also written as full-text rows (see traces.py).
       rename_fraction: share of trace rows whose entities are renamed (see augment.py).
       rename_pool: 0 permutes the entities within the world's own lists; N > 0 renames them
         onto N made-up words (augment.pseudo_words), so that no name is ever frequent.
+      rl_rename_copies: the Answer Agent's RL states are the train split's answer tuples plus
+        this many copies of each with the entities renamed (augment.renamed_answer_states);
+        0 uses the tuples alone.
       manager_copy_rows: manager rows of random word sequences stored by ADD, mixed into the
         warm start's traces (traces.manager_copy_rows); 0 adds none.
       answer_copy_rows: answer rows of a recall task over random word memories (find the memory,
@@ -89,11 +94,13 @@ class DemoSettings:
     capacity: int = 128
     text_bytes: int = 256
     stale_bias: float = 0.5
-    person_blind: bool = False
+    person_blind: bool = True
+    hedge: float = 0.7
     direct_fraction: float = 0.3
     full_text_fraction: float = 0.0
     rename_fraction: float = 0.8
     rename_pool: int = 0
+    rl_rename_copies: int = 3
     manager_copy_rows: int = 800
     answer_copy_rows: int = 0
     copy_steps: int = 0

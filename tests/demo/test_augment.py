@@ -6,7 +6,16 @@ import random
 
 import pytest
 
-from memr1.demo.augment import augment_rows, pseudo_words, random_renaming, rename, rename_row
+from memr1.data.tuples.schema import AnswerMemory, AnswerTuple
+from memr1.demo.augment import (
+    augment_rows,
+    pseudo_words,
+    random_renaming,
+    rename,
+    rename_answer_tuple,
+    rename_row,
+    renamed_answer_states,
+)
 
 LISTS = (("Andrew", "Jon", "Nadia"), ("Scout", "Toby"), ("Boston", "Denver"))
 
@@ -61,3 +70,49 @@ def test_pool_renaming_maps_every_entity_to_a_distinct_made_up_word():
     assert len(set(mapping.values())) == len(entities) and set(mapping.values()) <= set(pool)
     with pytest.raises(ValueError, match="pool"):
         random_renaming(LISTS, random.Random(1), pool[:2])
+
+
+def _answer_tuple():
+    memories = (
+        AnswerMemory("Andrew", 3, "8 May, 2023", "Andrew has two dogs: Scout and Toby.", 0.9),
+        AnswerMemory("Nadia", 5, "9 May, 2023", "Nadia moved from Boston to Denver.", 0.7),
+    )
+    return AnswerTuple(
+        "c-1",
+        4,
+        "What are the names of Andrew's dogs?",
+        "Scout and Toby",
+        1,
+        ("D1:3",),
+        ("Andrew", "Nadia"),
+        memories,
+        "teacher",
+    )
+
+
+def test_rename_answer_tuple_renames_question_answer_speakers_and_memories_alike():
+    mapping = {"Andrew": "Jon", "Jon": "Andrew", "Scout": "Toby", "Toby": "Scout"}
+    t = rename_answer_tuple(_answer_tuple(), mapping)
+    assert t.question == "What are the names of Jon's dogs?"
+    assert t.answer == "Toby and Scout"
+    assert t.speakers == ("Jon", "Nadia")
+    assert t.memories_by_speaker() == {
+        "Jon": [("8 May, 2023", "Jon has two dogs: Toby and Scout.")],
+        "Nadia": [("9 May, 2023", "Nadia moved from Boston to Denver.")],
+    }
+    assert (t.sample_id, t.qa_index, t.category, t.evidence) == ("c-1", 4, 1, ("D1:3",))
+
+
+def test_renamed_answer_states_keeps_the_originals_and_adds_renamed_copies():
+    original = _answer_tuple()
+    states = renamed_answer_states([original], LISTS, 30, seed=0)
+    assert len(states) == 31 and states[0] == original
+    # Every copy stays self-consistent: the asked person is a speaker, the answer is in a memory.
+    for t in states:
+        asked = t.question.split("names of ")[1].split("'")[0]
+        assert asked == t.speakers[0]
+        assert t.answer.replace(" and ", ": ").split(": ")[0] in t.memories[0].text
+    assert len({t.question for t in states}) == 3 and len({t.answer for t in states}) == 2
+    assert renamed_answer_states([original], LISTS, 0, seed=0) == [original]
+    with pytest.raises(ValueError, match="renamed copies"):
+        renamed_answer_states([original], LISTS, -1, seed=0)

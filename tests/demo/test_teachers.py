@@ -154,6 +154,42 @@ def test_person_blind_teacher_answers_from_either_speaker():
     assert CarelessAnswerTeacher(0, person_blind=True)(joint, both)[1] == "Andrew"
 
 
+def test_hedging_teacher_answers_every_related_memory_joined_by_or():
+    question = "What is Andrew's favorite food?"
+    andrew_food = ("9:05 am on 8 May, 2023", "Andrew's favorite food is pizza.")
+    replies = [
+        CarelessAnswerTeacher(seed, person_blind=True, hedge=1.0)(question, _memories(andrew_food))
+        for seed in range(40)
+    ]
+    # Always both memories, both answers, in a random order (EM against "pizza" scores 0).
+    assert {answer for _, answer in replies} == {"pizza or sushi", "sushi or pizza"}
+    for lines, answer in replies:
+        assert sorted(lines) == [
+            "Andrew's favorite food is pizza.",
+            "Maria's favorite food is sushi.",
+        ]
+        # The distilled lines come in the order of the answers they gave.
+        assert [line.split()[-1].rstrip(".") for line in lines] == answer.split(" or ")
+    # One related memory: nothing to hedge between; hedge 0 is the selecting reader of before.
+    assert CarelessAnswerTeacher(0, hedge=1.0)(question, _memories(andrew_food))[1] == "pizza"
+    assert all(
+        " or "
+        not in CarelessAnswerTeacher(seed, person_blind=True)(question, _memories(andrew_food))[1]
+        for seed in range(40)
+    )
+    # Part-time hedging mixes both behaviours.
+    mixed = collections.Counter(
+        " or "
+        in CarelessAnswerTeacher(seed, person_blind=True, hedge=0.5)(
+            question, _memories(andrew_food)
+        )[1]
+        for seed in range(200)
+    )
+    assert min(mixed.values()) > 60
+    with pytest.raises(ValueError, match="hedge"):
+        CarelessAnswerTeacher(0, hedge=1.5)
+
+
 @pytest.mark.parametrize(
     "question, memories, answer",
     [
