@@ -195,7 +195,9 @@ class CarelessAnswerTeacher:
             if not relevant:
                 picks.append(None)
                 continue
-            if len(parsed.names) == 1 and len(relevant) > 1 and rng.random() < self.hedge:
+            # (No draw at hedge 0: the selecting teacher's traces stay as they were.)
+            one_person = len(parsed.names) == 1
+            if self.hedge and one_person and len(relevant) > 1 and rng.random() < self.hedge:
                 return _hedged(parsed, relevant, rng)
             # The designed flaw: the oldest related memory, or any; never a deliberate newest.
             if rng.random() < self.stale_bias:

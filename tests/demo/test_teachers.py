@@ -190,6 +190,18 @@ def test_hedging_teacher_answers_every_related_memory_joined_by_or():
         CarelessAnswerTeacher(0, hedge=1.5)
 
 
+def test_hedge_zero_draws_nothing_extra():
+    # At hedge 0 the random stream is the selecting teacher's: one stale draw, then the choice
+    # among the related memories (Andrew's, then Maria's), so earlier traces regenerate exactly.
+    question = "What is Andrew's favorite food?"
+    memories = _memories(("9:05 am on 8 May, 2023", "Andrew's favorite food is pizza."))
+    for seed in range(20):
+        teacher = CarelessAnswerTeacher(seed, stale_bias=0.0, person_blind=True)
+        rng = teacher._rng(question, memories)
+        rng.random()
+        assert teacher(question, memories)[1] == rng.choice(["pizza", "sushi"])
+
+
 @pytest.mark.parametrize(
     "question, memories, answer",
     [
