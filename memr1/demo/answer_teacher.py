@@ -14,7 +14,7 @@ retrieved memories without selecting"). Otherwise it picks ONE related memory: h
 the OLDEST (it reads in time order and stops at the first that fits), else any at random; the
 prompt asks for the newest. Measured on the demo's validation split (seed 0, teacher-built
 banks): the pick alone costs about one EM point (a stale and a current memory are rarely both
-retrieved; 76.7 EM), person-blind 13 more (63.8), hedging 0.7 another 11 (52.6). These systematic
+retrieved; 77.6 EM), person-blind 13 more (64.7), hedging 0.7 another 12 (52.6). These systematic
 errors are what greedy decoding of a policy cloned from it inherits, and what RL on exact match
 can repair.
 
