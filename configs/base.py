@@ -176,7 +176,9 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
     update (`memr1.rl.logprobs.grouped_logprobs`: same values, far fewer tokens); micro-batches
     then hold whole groups. `drop_zero_signal` (GRPO): groups whose G rewards are all equal
     (zero advantages) skip the update (`memr1.train.batches.keep_signal_groups`); off in the
-    paper's setting, it changes the loss normalisation.
+    paper's setting, it changes the loss normalisation. `oversample` (GRPO): each step rolls
+    out `oversample` x `batch_size` states and updates on `batch_size` groups, those with a
+    reward spread first (`memr1.train.batches.signal_first_groups`); 1 (the paper) = off.
     """
     return ml_collections.ConfigDict(
         {
@@ -193,6 +195,7 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
             "n_micro": 1,
             "shared_prompt": True,
             "drop_zero_signal": False,
+            "oversample": 1,
             "temperature": 1.0,
             "max_new_tokens": 512 if stage == "manager" else 256,
             "answer_max_new_tokens": 64,

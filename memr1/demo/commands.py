@@ -54,6 +54,8 @@ def stage_overrides(s: DemoSettings, seed: int, *, stage: str, algo: str) -> dic
         o.update({"train.group_size": s.group, "train.max_new_tokens": s.answer_max_new})
         # The rollout pads its prompts to the sampler's batch: B prompts, G samples each.
         o["agents.batch_size"] = s.answer_batch
+        if algo == "grpo":
+            o["train.oversample"] = s.answer_oversample
     elif stage == "manager":
         schedule(s.manager_steps, s.manager_batch, s.manager_lr)
         o.update({"train.group_size": s.group, "train.max_new_tokens": s.manager_max_new})

@@ -81,6 +81,9 @@ class DemoSettings:
         length is the longest trace's, rounded up.
       answer_steps, answer_batch, answer_lr, answer_max_new: GRPO/PPO of the Answer Agent.
       manager_steps, manager_batch, manager_lr, manager_max_new: GRPO/PPO of the manager.
+      answer_oversample: the answer stage (GRPO) rolls out this many times answer_batch states
+        a step and updates on answer_batch groups, those with a reward spread first
+        (`memr1.train.batches.signal_first_groups`); 1 = off.
       group: G samples per state; kl_beta: KL penalty to the warm start.
       drop_zero_signal: GRPO updates skip groups whose G rewards are all equal
         (`memr1.train.batches.keep_signal_groups`).
@@ -114,6 +117,7 @@ class DemoSettings:
     answer_batch: int = 16
     answer_lr: float = 3e-4
     answer_max_new: int = 40
+    answer_oversample: int = 1
     manager_steps: int = 30
     manager_batch: int = 4
     manager_lr: float = 1e-4
@@ -146,6 +150,7 @@ QUICK = DemoSettings(
     manager_batch=2,
     group=2,
     answer_max_new=24,
+    answer_oversample=2,
     manager_max_new=32,
     eval_batch=8,
 )

@@ -226,6 +226,10 @@ def train(
             f"config train.drop_zero_signal=True is a GRPO option (algo={config.algo}: its "
             "advantages do not vanish with the group's reward spread)"
         )
+    if t.oversample != 1 and config.algo != "grpo":
+        raise ValueError(
+            f"config train.oversample={t.oversample!r} is a GRPO option (algo={config.algo})"
+        )
     loop_cfg = loop.LoopConfig(
         steps=t.steps,
         batch_size=t.batch_size,
@@ -237,6 +241,7 @@ def train(
         inject_nonfinite=tuple(inject_nonfinite),
         drop_zero_signal=bool(t.drop_zero_signal),
         n_micro=t.n_micro,
+        oversample=t.oversample,
     )
     if isinstance(t.keep, bool) or not isinstance(t.keep, int) or t.keep < 1:
         raise ValueError(f"config train.keep={t.keep!r}: must be an integer >= 1")

@@ -79,18 +79,47 @@ def keep_signal_groups(
     Returns:
       (the smaller batch, {"kept_groups_frac": ...}); `batch` unchanged if nothing can be dropped.
     """
+    n, signal = _group_signal(batch, group, quantum)
+    keep = max(quantum, -(-int(signal.sum()) // quantum) * quantum)
+    if keep >= n:
+        return batch, {"kept_groups_frac": 1.0}
+    return _take_signal_first(batch, group, signal, keep), {"kept_groups_frac": keep / n}
+
+
+def signal_first_groups(
+    batch: dict[str, np.ndarray], group: int, keep: int
+) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """`keep` whole groups of an over-sampled GRPO batch: those with a reward spread first.
+
+    DAPO's dynamic sampling with a fixed cost: a step rolls out more states than it updates on
+    (`LoopConfig.oversample`) and keeps `keep` groups, every group whose G rewards differ before
+    any all-equal one (each kind in rollout order), so the update's shape never changes and
+    fewer of its rows carry zero advantages. The advantages are the per-group ones computed
+    before the choice, so choosing groups leaves each kept group's advantages as they were.
+
+    Returns:
+      (the batch of `keep` groups, {"signal_groups_frac": share of the kept groups with signal}).
+    """
+    n, signal = _group_signal(batch, group, keep)
+    if keep > n:
+        raise ValueError(f"cannot keep {keep} groups of a batch of {n}")
+    out = _take_signal_first(batch, group, signal, keep)
+    return out, {"signal_groups_frac": min(int(signal.sum()), keep) / keep}
+
+
+def _group_signal(batch, group: int, quantum: int) -> tuple[int, np.ndarray]:
     rows = len(batch["advantages"])
     if group < 1 or quantum < 1 or rows % group:
         raise ValueError(f"{rows} rows do not split into groups of {group} (quantum {quantum})")
     n = rows // group
-    signal = np.any(batch["advantages"].reshape(n, group) != 0, axis=1)
-    keep = max(quantum, -(-int(signal.sum()) // quantum) * quantum)
-    if keep >= n:
-        return batch, {"kept_groups_frac": 1.0}
+    return n, np.any(batch["advantages"].reshape(n, group) != 0, axis=1)
+
+
+def _take_signal_first(batch, group: int, signal: np.ndarray, keep: int):
     order = np.concatenate([np.flatnonzero(signal), np.flatnonzero(~signal)])[:keep]
     order.sort()  # the rollout's own order among the kept groups
     idx = (order[:, None] * group + np.arange(group)[None, :]).reshape(-1)
-    return {k: v[idx] for k, v in batch.items()}, {"kept_groups_frac": keep / n}
+    return {k: v[idx] for k, v in batch.items()}
 
 
 def signal_quantum(batch_size: int, group: int, n_micro: int, devices: int) -> int:

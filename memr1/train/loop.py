@@ -50,10 +50,20 @@ class LoopConfig:
     # kept rows must still split into.
     drop_zero_signal: bool = False
     n_micro: int = 1
+    # GRPO only: roll out `oversample` x `batch_size` states a step and update on `batch_size`
+    # groups, those with a reward spread first (`batches.signal_first_groups`); 1 = off.
+    oversample: int = 1
 
     def __post_init__(self):
         # Checked here so that a bad setting fails before any model is loaded or compiled.
-        for name in ("steps", "batch_size", "group_size", "checkpoint_every", "n_micro"):
+        for name in (
+            "steps",
+            "batch_size",
+            "group_size",
+            "checkpoint_every",
+            "n_micro",
+            "oversample",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or int(value) != value or value < 1:
                 raise ValueError(f"train.{name}={value!r}: must be an integer >= 1")
@@ -242,13 +252,16 @@ def run_rl(
     for step in bar:
         started = time.perf_counter()
         # -- data ---------------------------------------------------------------------------
-        idx = batch_indices(len(states), cfg.batch_size, step, cfg.seed)
+        idx = batch_indices(len(states), cfg.batch_size * cfg.oversample, step, cfg.seed)
         chosen = [states[i] for i in idx]
         # -- rollout + reward ---------------------------------------------------------------
         groups, rewards, rstats = rollout(state.params, chosen, step_key(state.rng, step, 1))
         batch, gstats = batches.pack_rollout(
             groups, rewards, response_width=response_width, pad_id=pad_id
         )
+        if cfg.oversample > 1:
+            batch, picked = batches.signal_first_groups(batch, cfg.group_size, cfg.batch_size)
+            gstats = {**gstats, **picked}
         if quantum:
             batch, kept = batches.keep_signal_groups(batch, cfg.group_size, quantum)
             gstats = {**gstats, **kept}

@@ -58,6 +58,9 @@ def test_quick_demo_writes_every_output(tmp_path, capsys):
         records = read_jsonl(seed / stage / "logs" / "metrics.jsonl")
         assert records and all(math.isfinite(r[key]) for r in records)
         assert any((seed / stage / "checkpoints").iterdir())
+    # QUICK over-samples the answer stage: its steps picked groups (train.oversample=2).
+    answer_log = read_jsonl(seed / "answer_grpo/logs/metrics.jsonl")
+    assert all(0.0 <= r["train/signal_groups_frac"] <= 1.0 for r in answer_log)
     rewards = [r["train/reward"] for r in read_jsonl(seed / "manager_grpo/logs/metrics.jsonl")]
     assert rewards and all(0.0 <= r <= 1.0 for r in rewards)
 

@@ -87,6 +87,9 @@ CASES = [
     ("micro0", "runlocal,algo=sft", {"train.n_micro": 0}, {}, "train.n_micro=0"),
     ("drop_ppo", "runlocal,algo=ppo,stage=answer", {"train.drop_zero_signal": True},
      {"tuples": "t"}, "drop_zero_signal=True is a GRPO option"),
+    ("over_ppo", "runlocal,algo=ppo,stage=answer", {"train.oversample": 2},
+     {"tuples": "t"}, "train.oversample=2 is a GRPO option"),
+    ("over0", "runlocal,algo=sft", {"train.oversample": 0}, {}, "train.oversample=0"),
 ]  # fmt: skip
 
 

@@ -49,3 +49,25 @@ def test_signal_quantum_keeps_rows_divisible_and_shapes_few():
     assert signal_quantum(16, 8, 8, 1) == 8  # 8 micro-batches of whole groups
     q = signal_quantum(12, 2, 1, 8)  # 8 devices, 2 rows a group: 4 groups at a time
     assert q == 4 and (q * 2) % 8 == 0
+
+
+def test_signal_first_keeps_signal_groups_then_fills_in_rollout_order():
+    from memr1.train.batches import signal_first_groups
+
+    adv = [[0, 0], [1, -1], [0, 0], [0, 0], [-1, 1], [0, 0]]
+    out, stats = signal_first_groups(_batch(adv), group=2, keep=3)
+    # signal groups 1 and 4, then the first all-equal group (0), in rollout order
+    np.testing.assert_array_equal(out["tokens"][:, 0], [0, 1, 2, 3, 8, 9])
+    np.testing.assert_array_equal(out["advantages"], [0, 0, 1, -1, -1, 1])
+    assert stats == {"signal_groups_frac": 2 / 3}
+    # more signal groups than kept: the first ones, every kept group with signal
+    out, stats = signal_first_groups(_batch(adv), group=2, keep=1)
+    np.testing.assert_array_equal(out["tokens"][:, 0], [2, 3])
+    assert stats == {"signal_groups_frac": 1.0}
+
+
+def test_signal_first_refuses_more_groups_than_rolled_out():
+    from memr1.train.batches import signal_first_groups
+
+    with pytest.raises(ValueError, match="cannot keep 3 groups of a batch of 2"):
+        signal_first_groups(_batch([[1, -1], [0, 0]]), group=2, keep=3)

@@ -150,3 +150,51 @@ def test_bucket_length_picks_the_shortest_bucket_that_fits():
     ]  # fmt: skip
     assert bucket_length(300, 224) == 224  # too long: sft_batch names the row
     assert bucket_length(10, 2048) == 512 and bucket_length(1500, 2048) == 1536
+
+
+def test_oversampled_steps_update_on_the_groups_with_signal(answer_policy, tmp_path):
+    """oversample=2: a step rolls out 4 states and the update sees 2 groups, those whose
+    rewards differ first; rewards here are set by the state, so which groups those are is
+    known (Bo and Di carry signal)."""
+    cfg, m, policy, update = answer_policy
+    setup, s0 = state.create_train_state(m, cfg, state.OptimConfig(lr=1e-3, warmup_steps=1))
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=6)
+    spread = {"Rome": [1.0, 0.0, 0.0, 1.0], "Lima": [0.0, 1.0, 0.0, 0.0]}
+    rolled, seen = [], []
+
+    def do_rollout(params, states, key):
+        groups, _, stats = rollout.answer_rollout(
+            policy, params, states, group_size=4, sampling=sampling, key=key, style="compact"
+        )
+        rolled.append([s.gold for s in states])
+        rewards = np.asarray([spread.get(s.gold, [0.0] * 4) for s in states], np.float32)
+        return groups, rewards, stats
+
+    def spy(s, batch):
+        seen.append(batch["rewards"].reshape(-1, 4).tolist())
+        return update(s, batch)
+
+    w = MetricsWriter(tmp_path / "logs")
+    with w:
+        loop.run_rl(
+            setup,
+            s0,
+            spy,
+            STATES,
+            do_rollout,
+            cfg=loop.LoopConfig(steps=2, batch_size=2, group_size=4, oversample=2),
+            response_width=6,
+            pad_id=policy.pad_id,
+            writer=w,
+        )
+    assert [sorted(r) for r in rolled] == [sorted(s.gold for s in STATES)] * 2
+    for groups in seen:
+        assert sorted(groups) == sorted([spread["Rome"], spread["Lima"]])
+    records = read_jsonl(tmp_path / "logs" / "metrics.jsonl")
+    assert [r["train/signal_groups_frac"] for r in records] == [1.0, 1.0]
+    assert [r["train/zero_signal_frac"] for r in records] == [0.5, 0.5]
+
+
+def test_oversample_below_one_is_refused():
+    with pytest.raises(ValueError, match="train.oversample=0"):
+        loop.LoopConfig(steps=1, batch_size=1, oversample=0)
