@@ -7,16 +7,16 @@ expression resolves to against the memory's timestamp, the cuisine of the food i
 
 The designed flaws are whose memories count, whether it selects at all, and the pick.
 Person-blind (``person_blind``, on in the demo), it takes the other speaker's memory of the same
-topic as related to a question about one person. Hedging (``hedge``, 0.7 in the demo), when
-several memories are related it does not select: it distils all of them and answers with all
+topic as related to a question about one person. Hedging (``hedge``, 1.0 in the demo: always),
+when several memories are related it does not select: it distils all of them and answers with all
 their answers joined by " or " ("paella or curry"), which exact match scores 0 ("answers from all
 retrieved memories without selecting"). Otherwise it picks ONE related memory: half of the time
 the OLDEST (it reads in time order and stops at the first that fits), else any at random; the
 prompt asks for the newest. Measured on the demo's validation split (seed 0, teacher-built
 banks): the pick alone costs about one EM point (a stale and a current memory are rarely both
-retrieved; 77.6 EM), person-blind 13 more (64.7), hedging 0.7 another 12 (52.6). These systematic
-errors are what greedy decoding of a policy cloned from it inherits, and what RL on exact match
-can repair.
+retrieved; 77.6 EM), person-blind 13 more (64.7), hedging 0.7 another 12 (52.6), hedging
+always 7 more (45.7). These systematic errors are what greedy decoding of a policy cloned from it
+inherits, and what RL on exact match can repair.
 
 The reply is written with the real formatter (``format_answer_output``): the chosen memories'
 texts as the distilled memories (without timestamps: a shorter line is easier for a tiny model

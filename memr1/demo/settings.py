@@ -98,7 +98,7 @@ class DemoSettings:
     text_bytes: int = 256
     stale_bias: float = 0.5
     person_blind: bool = True
-    hedge: float = 0.7
+    hedge: float = 1.0
     direct_fraction: float = 0.3
     full_text_fraction: float = 0.0
     rename_fraction: float = 0.8
