@@ -237,6 +237,10 @@ def run_rl(
 ) -> TrainState:
     """GRPO or PPO: each step samples G outputs for `batch_size` states, scores, and updates.
 
+    With `cfg.oversample` k > 1 (GRPO) a step samples k × `batch_size` states and updates on
+    `batch_size` of their groups (`batches.signal_first_groups`); its reward metrics cover every
+    sampled group.
+
     `rollout(params, states, key) -> (groups, rewards [B, G], stats)`; `update` from
     `make_rl_update`.
     """
