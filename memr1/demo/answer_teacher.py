@@ -184,8 +184,9 @@ class CarelessAnswerTeacher:
             return [], UNKNOWN
         rng = self._rng(question, memories_by_speaker)
         lines, picks = [], []
+        one_person = len(parsed.names) == 1
         # Person-blind on a one-person question: every speaker's memories, nobody's name checked.
-        blind = self.person_blind and len(parsed.names) == 1
+        blind = self.person_blind and one_person
         for name in parsed.names:
             if blind:
                 everyone = [m for speaker in memories_by_speaker.values() for m in speaker]
@@ -196,7 +197,6 @@ class CarelessAnswerTeacher:
                 picks.append(None)
                 continue
             # (No draw at hedge 0: the selecting teacher's traces stay as they were.)
-            one_person = len(parsed.names) == 1
             if self.hedge and one_person and len(relevant) > 1 and rng.random() < self.hedge:
                 return _hedged(parsed, relevant, rng)
             # The designed flaw: the oldest related memory, or any; never a deliberate newest.

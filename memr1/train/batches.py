@@ -79,7 +79,9 @@ def keep_signal_groups(
     Returns:
       (the smaller batch, {"kept_groups_frac": ...}); `batch` unchanged if nothing can be dropped.
     """
-    n, signal = _group_signal(batch, group, quantum)
+    if quantum < 1:
+        raise ValueError(f"quantum {quantum}: expected at least one group")
+    n, signal = _group_signal(batch, group)
     keep = max(quantum, -(-int(signal.sum()) // quantum) * quantum)
     if keep >= n:
         return batch, {"kept_groups_frac": 1.0}
@@ -100,17 +102,18 @@ def signal_first_groups(
     Returns:
       (the batch of `keep` groups, {"signal_groups_frac": share of the kept groups with signal}).
     """
-    n, signal = _group_signal(batch, group, keep)
-    if keep > n:
+    n, signal = _group_signal(batch, group)
+    if not 1 <= keep <= n:
         raise ValueError(f"cannot keep {keep} groups of a batch of {n}")
     out = _take_signal_first(batch, group, signal, keep)
     return out, {"signal_groups_frac": min(int(signal.sum()), keep) / keep}
 
 
-def _group_signal(batch, group: int, quantum: int) -> tuple[int, np.ndarray]:
+def _group_signal(batch, group: int) -> tuple[int, np.ndarray]:
+    """(number of groups, which groups' advantages are not all zero)."""
     rows = len(batch["advantages"])
-    if group < 1 or quantum < 1 or rows % group:
-        raise ValueError(f"{rows} rows do not split into groups of {group} (quantum {quantum})")
+    if group < 1 or rows % group:
+        raise ValueError(f"{rows} rows do not split into groups of {group}")
     n = rows // group
     return n, np.any(batch["advantages"].reshape(n, group) != 0, axis=1)
 
