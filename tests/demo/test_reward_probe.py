@@ -1,0 +1,86 @@
+"""The reward probe's fixed behaviours and grouping (memr1/demo/reward_probe.py); the quick-demo
+test runs the tool whole through a real frozen Answer Agent."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from memr1.agents.manager_io import ADD, DELETE, UPDATE, parse_manager_output, render_manager_input
+from memr1.demo.reward_probe import BEHAVIOURS, behaviour_replies, gold_group, probe_rewards
+
+
+@dataclasses.dataclass(frozen=True)
+class _Turn:
+    """The fields of a ManagerTuple the replies are written from."""
+
+    facts: tuple[str, ...]
+    retrieved: tuple[tuple[int, str], ...]
+    sample_id: str = "s"
+    dia_id: str = "D1:1"
+
+    def manager_input(self, style="full"):
+        return render_manager_input(self.facts, self.retrieved, style=style)
+
+
+def _ops(turn, reply):
+    _, id_map = turn.manager_input(style="compact")
+    parsed = parse_manager_output(reply, id_map, new_fact_count=len(turn.facts))
+    return [(op.kind, op.target, op.text) for op in parsed.effective()]
+
+
+def test_behaviours_on_a_list_item_a_change_and_a_repeat():
+    toby, home = "Andrew adopted a dog named Toby yesterday.", "Andrew lives in Chicago."
+    item = _Turn(("Andrew adopted another dog named Buddy today.",), ((7, toby), (2, home)))
+    replies = behaviour_replies(item)
+    assert set(replies) == set(BEHAVIOURS)
+    assert _ops(item, replies["clean"]) == [(UPDATE, 7, "Andrew has two dogs: Toby and Buddy.")]
+    assert _ops(item, replies["add"]) == [(ADD, None, item.facts[0])]
+    assert _ops(item, replies["delete_add"]) == [(DELETE, 7, ""), (ADD, None, item.facts[0])]
+    assert _ops(item, replies["none"]) == []
+
+    move = _Turn(("Andrew moved from Chicago to Seattle two days ago.",), ((2, home),))
+    replies = behaviour_replies(move)
+    assert _ops(move, replies["clean"]) == [(UPDATE, 2, move.facts[0])]
+    assert _ops(move, replies["add"]) == [(ADD, None, move.facts[0])]
+
+    repeat = _Turn((home,), ((2, home),))
+    replies = behaviour_replies(repeat)
+    assert _ops(repeat, replies["clean"]) == [] and _ops(repeat, replies["delete_add"]) == []
+    assert _ops(repeat, replies["add"]) == [(ADD, None, home)]  # the duplicate
+
+
+def test_gold_groups_split_updates_into_lists_and_changes():
+    assert gold_group({"op": "UPDATE", "delete_add_ok": True}) == "UPDATE-change"
+    assert gold_group({"op": "UPDATE", "delete_add_ok": False}) == "UPDATE-list"
+    assert gold_group({"op": "NOOP", "delete_add_ok": False}) == "NOOP"
+
+
+def test_a_state_without_a_gold_label_is_named():
+    turn = _Turn(("Andrew lives in Boston.",), (), sample_id="conv-9", dia_id="D3:4")
+    with pytest.raises(KeyError, match="conv-9 D3:4"):
+        probe_rewards(
+            [turn], {}, answerer=None, embed=None, k_per_speaker=2, capacity=8, text_bytes=64
+        )
+
+
+def test_reward_probe_tool_names_what_is_missing(tmp_path, capsys):
+    path = Path(__file__).resolve().parents[2] / "tools" / "reward_probe.py"
+    spec = importlib.util.spec_from_file_location("reward_probe", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    seed = tmp_path / "seed-0"
+    with pytest.raises(SystemExit) as exit_info:
+        tool.main([str(seed)])
+    assert exit_info.value.code == 2 and "no base/config.json" in capsys.readouterr().err
+    for name in ("base/config.json", "data/gold_ops.json", "rl_tuples/metadata.json"):
+        (seed / name).parent.mkdir(parents=True, exist_ok=True)
+        (seed / name).write_text("{}")
+    with pytest.raises(SystemExit) as exit_info:
+        tool.main([str(seed), "--answer", "sft"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "sft/checkpoints: not a directory" in err
+    assert not list(seed.glob("reward_probe_*.json"))  # nothing written

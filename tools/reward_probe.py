@@ -1,0 +1,77 @@
+"""What can the manager stage's reward teach? The reward probe of memr1/demo/reward_probe.py.
+
+  python tools/reward_probe.py work/demo/seed-0                  # through the RL Answer Agent
+  python tools/reward_probe.py work/demo/seed-0 --answer sft     # through the warm start
+  python tools/reward_probe.py work/demo/seed-0 --max_states 100 --out probe.json
+
+On the manager stage's own states (train turns with linked questions), rewards four fixed
+behaviours (clean / add / delete_add / none) as a GRPO group is rewarded, and prints their mean
+reward per gold operation of the turn. Where "clean" and "add" tie, GRPO cannot prefer UPDATE to
+ADD (docs/demo.md, item 41). Prints a table and writes JSON (--out; default
+SEED_DIR/reward_probe_<answer>.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+from memr1.demo.reward_probe import BEHAVIOURS, probe_seed
+from memr1.demo.run import SeedRun
+from memr1.demo.settings import FULL, QUICK
+
+ANSWERERS = {"rl": "answer_{algo}", "sft": "sft"}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("seed_dir", type=Path, help="a demo seed folder (work/demo/seed-N)")
+    parser.add_argument("--seed", type=int, default=None, help="default: from the folder name")
+    parser.add_argument(
+        "--answer",
+        choices=sorted(ANSWERERS),
+        default="rl",
+        help="the frozen Answer Agent: the RL stage's (default) or the warm start",
+    )
+    parser.add_argument("--algo", choices=("grpo", "ppo"), default="grpo")
+    parser.add_argument("--max_states", type=int, default=None, help="default: all")
+    parser.add_argument("--quick", action="store_true", help="the folder is a --quick demo's")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    seed_dir = args.seed_dir
+    for needed in ("base/config.json", "data/gold_ops.json", "rl_tuples/metadata.json"):
+        if not (seed_dir / needed).is_file():
+            parser.error(f"{seed_dir}: no {needed} (run `make demo` first, or point at a seed)")
+    seed = args.seed
+    if seed is None:
+        try:
+            seed = int(seed_dir.name.rsplit("-", 1)[1])
+        except (IndexError, ValueError):
+            parser.error(f"{seed_dir}: cannot read the seed from the name; pass --seed")
+    checkpoint = seed_dir / ANSWERERS[args.answer].format(algo=args.algo) / "checkpoints"
+    if not checkpoint.is_dir():
+        parser.error(f"checkpoint {checkpoint}: not a directory (an Orbax train checkpoints dir)")
+    run = SeedRun(QUICK if args.quick else FULL, seed, seed_dir, algo=args.algo, log=print)
+    result = probe_seed(run, str(checkpoint), max_states=args.max_states)
+
+    print(f"reward probe through {checkpoint} ({result['states']} manager-stage states)")
+    print("| gold op | states | " + " | ".join(BEHAVIOURS) + " |")
+    print("|---|---|" + "---|" * len(BEHAVIOURS))
+    for group, g in result["groups"].items():
+        cells = " | ".join(f"{g['reward'][b]:.3f}" for b in BEHAVIOURS)
+        print(f"| {group} | {g['n']} | {cells} |")
+    out = args.out or seed_dir / f"reward_probe_{args.answer}.json"
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
