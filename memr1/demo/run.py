@@ -173,7 +173,9 @@ class SeedRun:
         words = traces.target_words(manager + answer)
         if self.s.manager_copy_rows:
             n, lengths = self.s.manager_copy_rows, (4, 9)
-            rows += traces.manager_copy_rows(words, n, lengths, self.seed, "compact")
+            rows += traces.manager_copy_rows(
+                words, n, lengths, self.seed, "compact", self.s.manager_repeat_fraction
+            )
         if self.s.answer_copy_rows:
             n, lengths = self.s.answer_copy_rows, (3, 7)
             rows += traces.answer_copy_rows(words, n, lengths, self.seed + 1, "compact")

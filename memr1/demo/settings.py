@@ -72,6 +72,8 @@ class DemoSettings:
         0 uses the tuples alone.
       manager_copy_rows: manager rows of random word sequences stored by ADD, mixed into the
         warm start's traces (traces.manager_copy_rows); 0 adds none.
+      manager_repeat_fraction: share of those rows whose fact is one of the shown memories
+        verbatim, the reply NONE.
       answer_copy_rows: answer rows of a recall task over random word memories (find the memory,
         distil it, answer the word after the asked one: traces.answer_copy_rows); 0 adds none.
       copy_steps, copy_batch, copy_lr, copy_words: the copy warm-up before SFT (traces.copy_rows):
@@ -105,6 +107,7 @@ class DemoSettings:
     rename_pool: int = 0
     rl_rename_copies: int = 3
     manager_copy_rows: int = 800
+    manager_repeat_fraction: float = 0.0
     answer_copy_rows: int = 0
     copy_steps: int = 0
     copy_batch: int = 32

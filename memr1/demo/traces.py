@@ -157,31 +157,56 @@ def copy_rows(words: Sequence[str], n_rows: int, lengths: tuple[int, int], seed:
 
 
 def manager_copy_rows(
-    words: Sequence[str], n_rows: int, lengths: tuple[int, int], seed: int, style: str
+    words: Sequence[str],
+    n_rows: int,
+    lengths: tuple[int, int],
+    seed: int,
+    style: str,
+    repeat_fraction: float = 0.0,
 ) -> list[dict]:
     """Manager rows whose fact and shown memories are random sequences of ``words``, the reply
-    the ADD of the fact, rendered by the manager's own renderer and formatter.
+    the ADD of the fact, rendered by the manager's own renderer and formatter; in
+    ``repeat_fraction`` of the rows one shown memory is the fact itself, and the reply is NONE
+    (the empty op list).
 
     Trained on the traces alone, the tiny manager writes the format and the training prior
     ("Jon lives in Austin." for "Sam lives in Chicago."): its copy probe (memr1/demo/probe.py)
     stays at chance however names are renamed. A random fact can only be stored by copying it
     from the Facts line into the JSON reply, past the ids and the memories above it; mixed into
-    the warm start, these rows raised the probe from 0.19 to 0.68 (docs/demo.md, item 16).
+    the warm start, these rows raised the probe from 0.19 to 0.68 (docs/demo.md, item 16). The
+    repeat rows were meant to teach the other half of reading the prompt, whether the fact is
+    stored already (a random fact gives that away only by comparison with every shown memory);
+    measured, the warm start instead stopped replying NONE almost anywhere (item 40), so the
+    demo leaves them off.
     """
     if not words:
         raise ValueError("manager_copy_rows: no words to copy")
+    if not 0.0 <= repeat_fraction <= 1.0:
+        raise ValueError(f"manager_copy_rows: repeat_fraction {repeat_fraction} is not in [0, 1]")
     rng = random.Random(seed)
 
     def sentence() -> str:
         return " ".join(rng.choices(words, k=rng.randint(*lengths))) + "."
 
-    rows = []
+    drawn = []
     for _ in range(n_rows):
         fact = sentence()
-        shown = [(i, sentence()) for i in range(rng.randint(0, 3))]
-        messages, id_map = render_manager_input([fact], shown, style=style)
-        target = format_manager_output([ManagerOp(ADD, text=fact)], id_map, style=style)
-        rows.append({"messages": messages, "target": target})
+        drawn.append((fact, [sentence() for _ in range(rng.randint(0, 3))]))
+    # Repeats are drawn from a stream of their own, so that repeat_fraction 0 gives the rows of
+    # the ADD-only version exactly; a repeat needs a memory to stand in for, at least one shown.
+    pick = random.Random(f"repeat-{seed}")
+    can = [i for i, (_, shown) in enumerate(drawn) if shown]
+    repeats = set(pick.sample(can, min(len(can), round(repeat_fraction * n_rows))))
+    rows = []
+    for i, (fact, texts) in enumerate(drawn):
+        ops = [ManagerOp(ADD, text=fact)]
+        if i in repeats:
+            texts[pick.randrange(len(texts))] = fact
+            ops = []
+        messages, id_map = render_manager_input([fact], list(enumerate(texts)), style=style)
+        rows.append(
+            {"messages": messages, "target": format_manager_output(ops, id_map, style=style)}
+        )
     return rows
 
 

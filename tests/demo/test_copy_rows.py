@@ -54,6 +54,41 @@ def test_manager_copy_rows_store_the_fact_verbatim_through_the_real_parser():
         manager_copy_rows([], 1, (4, 9), seed=0, style="compact")
 
 
+def test_manager_copy_rows_repeat_a_shown_memory_and_reply_none():
+    from memr1.agents.manager_io import parse_manager_output
+    from memr1.demo.traces import manager_copy_rows
+
+    words = ["alpha", "beta", "gamma", "delta", "omega"]
+    plain = manager_copy_rows(words, 200, (4, 9), seed=5, style="compact")
+    rows = manager_copy_rows(words, 200, (4, 9), seed=5, style="compact", repeat_fraction=0.25)
+    assert rows == manager_copy_rows(
+        words, 200, (4, 9), seed=5, style="compact", repeat_fraction=0.25
+    )
+    repeats = 0
+    for row, old in zip(rows, plain):
+        user = row["messages"][-1]["content"]
+        fact = user.split("Facts:\n- ")[1]
+        shown = [
+            line.split(": ", 1)[1]
+            for line in user.split("Memories:\n")[1].split("\nFacts:")[0].splitlines()
+            if line[:1].isdigit()
+        ]
+        parsed = parse_manager_output(
+            row["target"], {i: i for i in range(len(shown))}, new_fact_count=1
+        )
+        if fact in shown:
+            # The fact is stored verbatim already: the reply is the empty op list (NONE).
+            assert parsed.ops == [] and row["target"] != old["target"]
+            repeats += 1
+        else:
+            # Not a repeat (random words never repeat a 4-9 word sentence by chance here): the
+            # row is the ADD-only version's row, unchanged.
+            assert row == old and [op.kind for op in parsed.ops] == ["ADD"]
+    assert repeats == 50
+    with pytest.raises(ValueError, match="repeat_fraction 1.5"):
+        manager_copy_rows(words, 4, (4, 9), seed=0, style="compact", repeat_fraction=1.5)
+
+
 def test_answer_copy_rows_distil_the_one_memory_holding_the_asked_word():
     from memr1.agents.answer_io import extract_distilled, extract_final_answer
     from memr1.demo.traces import answer_copy_rows
