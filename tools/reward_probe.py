@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from memr1.demo.reward_probe import BEHAVIOURS, probe_seed
-from memr1.demo.run import SeedRun
+from memr1.demo.run import SeedRun, check_seed_dir
 from memr1.demo.settings import FULL, QUICK
 
 ANSWERERS = {"rl": "answer_{algo}", "sft": "sft"}
@@ -46,15 +46,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     seed_dir = args.seed_dir
-    for needed in ("base/config.json", "data/gold_ops.json", "rl_tuples/metadata.json"):
-        if not (seed_dir / needed).is_file():
-            parser.error(f"{seed_dir}: no {needed} (run `make demo` first, or point at a seed)")
-    seed = args.seed
-    if seed is None:
-        try:
-            seed = int(seed_dir.name.rsplit("-", 1)[1])
-        except (IndexError, ValueError):
-            parser.error(f"{seed_dir}: cannot read the seed from the name; pass --seed")
+    try:
+        seed = check_seed_dir(
+            seed_dir,
+            ("base/config.json", "data/gold_ops.json", "rl_tuples/metadata.json"),
+            args.seed,
+        )
+    except ValueError as e:
+        parser.error(str(e))
     checkpoint = seed_dir / ANSWERERS[args.answer].format(algo=args.algo) / "checkpoints"
     if not checkpoint.is_dir():
         parser.error(f"checkpoint {checkpoint}: not a directory (an Orbax train checkpoints dir)")

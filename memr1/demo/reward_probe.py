@@ -32,9 +32,24 @@ from memr1.agents.manager_io import format_manager_output
 from memr1.demo.teacher import ManagerRates, MemZeroLikeTeacher
 
 BEHAVIOURS: dict[str, ManagerRates | None] = {
-    "clean": ManagerRates(1.0, 0.0, 1.0, 0.0, 1.0, 1.0),
+    "clean": ManagerRates(
+        list_merge=1.0,
+        list_delete_add=0.0,
+        change_update=1.0,
+        change_delete_add=0.0,
+        cancel_delete=1.0,
+        repeat_noop=1.0,
+    ),
+    # never merges, never deletes, never skips: every fact becomes a new memory
     "add": ManagerRates(0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
-    "delete_add": ManagerRates(0.0, 1.0, 0.0, 1.0, 1.0, 1.0),
+    "delete_add": ManagerRates(
+        list_merge=0.0,
+        list_delete_add=1.0,
+        change_update=0.0,
+        change_delete_add=1.0,
+        cancel_delete=1.0,
+        repeat_noop=1.0,
+    ),
     "none": None,
 }
 GROUPS = ("ADD", "UPDATE-list", "UPDATE-change", "DELETE", "NOOP")

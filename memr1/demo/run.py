@@ -364,3 +364,20 @@ class SeedRun:
         }
         (self.root / "timings.json").write_text(json.dumps(self.timings, indent=1) + "\n")
         return summary
+
+
+def check_seed_dir(seed_dir: Path, needed: tuple[str, ...], seed: int | None = None) -> int:
+    """The seed of a finished demo seed folder, for tools that read one; ValueError if unusable.
+
+    ``needed`` are files (relative to the folder) the tool reads; the seed comes from ``seed``
+    or else from the folder's name (``seed-N``).
+    """
+    for rel in needed:
+        if not (seed_dir / rel).is_file():
+            raise ValueError(f"{seed_dir}: no {rel} (run `make demo` first, or point at a seed)")
+    if seed is not None:
+        return seed
+    try:
+        return int(seed_dir.name.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        raise ValueError(f"{seed_dir}: cannot read the seed from the name; pass --seed") from None

@@ -7,23 +7,14 @@ systems) run on what the demo hands them, and that the report and figures come o
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 from memr1.demo import report
 from memr1.demo.__main__ import main
 from memr1.demo.run import SYSTEMS
 from memr1.train.metrics_log import read_jsonl
-
-
-def _load_tool(name: str):
-    path = Path(__file__).resolve().parents[2] / "tools" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.tool import load_tool
 
 
 def test_quick_demo_writes_every_output(tmp_path, capsys):
@@ -73,7 +64,7 @@ def test_quick_demo_writes_every_output(tmp_path, capsys):
     # The reading probe (tools/copy_probe.py) scores the warm start on the validation rows.
     probe_out = tmp_path / "probe.json"
     argv = [str(seed), "--quick", "--split", "validation", "--out", str(probe_out)]
-    assert _load_tool("copy_probe").main(argv) == 0
+    assert load_tool("copy_probe").main(argv) == 0
     probe = json.loads(probe_out.read_text())
     for agent in ("manager", "answer"):
         scores = probe["scores"][agent]
@@ -84,7 +75,7 @@ def test_quick_demo_writes_every_output(tmp_path, capsys):
     # stage's states through the RL Answer Agent, as the stage rewards its groups.
     reward_out = tmp_path / "reward_probe.json"
     argv = [str(seed), "--quick", "--max_states", "4", "--out", str(reward_out)]
-    assert _load_tool("reward_probe").main(argv) == 0
+    assert load_tool("reward_probe").main(argv) == 0
     probe = json.loads(reward_out.read_text())
     assert probe["states"] == sum(g["n"] for g in probe["groups"].values()) > 0
     for group in probe["groups"].values():

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-import pytest
-
 from memr1.demo.probe import copy_positions, is_copy_token
 
 
@@ -33,22 +28,3 @@ def test_copy_positions_are_named_tokens_seen_in_the_prompt():
     assert copy_positions(prompt, [0, 1, 2, 3, 5], tok) == [1]
     assert copy_positions(prompt, [1, 4], tok) == [0, 1]
     assert copy_positions([], [1, 4], tok) == []
-
-
-def test_copy_probe_tool_names_what_is_missing(tmp_path, capsys):
-    path = Path(__file__).resolve().parents[2] / "tools" / "copy_probe.py"
-    spec = importlib.util.spec_from_file_location("copy_probe", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    seed = tmp_path / "seed-0"
-    with pytest.raises(SystemExit) as exit_info:
-        tool.main([str(seed)])
-    assert exit_info.value.code == 2 and "no base/config.json" in capsys.readouterr().err
-    for name in ("base/config.json", "data/metadata.json", "data/validation.json"):
-        (seed / name).parent.mkdir(parents=True, exist_ok=True)
-        (seed / name).write_text("{}")
-    with pytest.raises(SystemExit) as exit_info:
-        tool.main([str(seed)])
-    err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and "sft/checkpoints: not a directory" in err
-    assert not list(seed.glob("copy_probe_*.json"))  # nothing written

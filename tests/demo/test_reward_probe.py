@@ -4,8 +4,6 @@ test runs the tool whole through a real frozen Answer Agent."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-from pathlib import Path
 
 import pytest
 
@@ -65,22 +63,3 @@ def test_a_state_without_a_gold_label_is_named():
         probe_rewards(
             [turn], {}, answerer=None, embed=None, k_per_speaker=2, capacity=8, text_bytes=64
         )
-
-
-def test_reward_probe_tool_names_what_is_missing(tmp_path, capsys):
-    path = Path(__file__).resolve().parents[2] / "tools" / "reward_probe.py"
-    spec = importlib.util.spec_from_file_location("reward_probe", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    seed = tmp_path / "seed-0"
-    with pytest.raises(SystemExit) as exit_info:
-        tool.main([str(seed)])
-    assert exit_info.value.code == 2 and "no base/config.json" in capsys.readouterr().err
-    for name in ("base/config.json", "data/gold_ops.json", "rl_tuples/metadata.json"):
-        (seed / name).parent.mkdir(parents=True, exist_ok=True)
-        (seed / name).write_text("{}")
-    with pytest.raises(SystemExit) as exit_info:
-        tool.main([str(seed), "--answer", "sft"])
-    err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and "sft/checkpoints: not a directory" in err
-    assert not list(seed.glob("reward_probe_*.json"))  # nothing written

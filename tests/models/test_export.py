@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from memr1.models.config import ModelConfig, RopeScaling, get_size
 from memr1.models.hf_export import export_hf
 from memr1.models.hf_io import INDEX_FILE, SINGLE_FILE, load_hf
 from memr1.models.masks import causal_mask, positions_from_valid
+from tests.tool import load_tool
 
 from .tiny_hf import hf_logits, make_tokenizer
 
@@ -145,15 +145,8 @@ def _drop(params: nnx.State, path: tuple) -> nnx.State:
     return nnx.from_flat_state([(p, v) for p, v in nnx.to_flat_state(params) if p != path])
 
 
-def _export_tool():
-    spec = importlib.util.spec_from_file_location("export_hf_tool", ROOT / "tools/export_hf.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_export_tool_from_orbax_and_hf(tmp_path, capsys):
-    tool = _export_tool()
+    tool = load_tool("export_hf")
     tiny = get_size("tiny")
     _, params = _random_params(tiny)
     checkpointer = ocp.StandardCheckpointer()

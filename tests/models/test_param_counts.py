@@ -3,26 +3,19 @@ tools/param_counts.py reports them."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 from memr1.models.config import PUBLISHED_PARAM_COUNTS, SIZES
+from tests.tool import load_tool
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _tool():
-    spec = importlib.util.spec_from_file_location("param_counts", ROOT / "tools/param_counts.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_counts_match_published_and_tool_reports_them(tmp_path, capsys):
     out = tmp_path / "counts.json"
     # One eval_shape pass over every size (the 14B one included) serves both checks.
-    assert _tool().main(["--json", str(out)]) == 0
+    assert load_tool("param_counts").main(["--json", str(out)]) == 0
     table = capsys.readouterr().out
     records = {r["size"]: r for r in json.loads(out.read_text())}
     assert set(records) == set(SIZES)
@@ -41,7 +34,7 @@ def test_counts_match_published_and_tool_reports_them(tmp_path, capsys):
 
 
 def test_mismatch_fails_the_tool(monkeypatch, capsys):
-    tool = _tool()
+    tool = load_tool("param_counts")
     monkeypatch.setattr(tool, "SIZES", {"qwen2.5-3b": SIZES["qwen2.5-3b"].replace(d_ff=11_000)})
     assert tool.main([]) == 1
     assert "✗" in capsys.readouterr().out

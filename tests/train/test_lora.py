@@ -12,6 +12,7 @@ from flax import nnx
 from memr1.models import masks, transformer
 from memr1.train import lora, mesh, sft, state
 from memr1.train.checkpoint import Checkpointer, restore_params
+from tests.tool import load_tool
 from tests.train import tiny
 
 LORA = lora.LoraConfig(rank=4, alpha=8.0)
@@ -131,15 +132,7 @@ def test_bad_lora_settings_are_refused():
 
 
 def test_memory_estimate_counts_optimiser_memory_for_the_adapters_only():
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "tools" / "memory_estimate.py"
-    spec = importlib.util.spec_from_file_location("memory_estimate", path)
-    tool = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = tool  # its dataclasses look their module up
-    spec.loader.exec_module(tool)
+    tool = load_tool("memory_estimate")
     full = tool.estimate("tiny", "1x141GB", tool.Workload())
     low = tool.estimate("tiny", "1x141GB", tool.Workload(lora_rank=8))
     adapters = low["trained_params_per_device"]

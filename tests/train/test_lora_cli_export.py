@@ -4,7 +4,6 @@ the adapted model's logits."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -21,19 +20,13 @@ from memr1.pipeline import load
 from memr1.train import lora
 from memr1.train.checkpoint import Checkpointer
 from memr1.train.metrics_log import read_jsonl
+from tests.tool import load_tool
 from tests.train import tiny
 from tests.train.test_lora import _logits
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
 LORA = lora.LoraConfig(rank=4, alpha=8.0)
-
-
-def _export_tool():
-    spec = importlib.util.spec_from_file_location("export_hf_tool", ROOT / "tools/export_hf.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _train(tmp_path: Path, base: Path) -> Path:
@@ -83,7 +76,7 @@ def test_lora_sft_cli_then_export_loads_with_the_checkpoints_logits(tmp_path, ca
         assert math.isfinite(r["time/step_s"]) and r["time/step_s"] > 0, r
         assert math.isfinite(r["perf/tokens_per_s"]) and r["perf/tokens_per_s"] > 0, r
 
-    tool = _export_tool()
+    tool = load_tool("export_hf")
     out = tmp_path / "exported"
     args = ["--train_checkpoint", str(ckpt_dir), "--out", str(out)]
     assert tool.main(args) == 1 and "needs --hf_dir" in capsys.readouterr().err

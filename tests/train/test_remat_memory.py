@@ -12,15 +12,13 @@ remat or not (docs/benchmarks.md).
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import jax
 import pytest
 from flax import nnx
 
 from memr1.models.config import ModelConfig
 from memr1.models.transformer import abstract_model, count_params
+from tests.tool import load_tool
 from tests.train import tiny
 
 pytestmark = pytest.mark.skipif(
@@ -31,15 +29,11 @@ pytestmark = pytest.mark.skipif(
 # (about 150 KiB), so the two regimes are far apart.
 CFG = tiny.CFG.replace(d_model=64, n_layers=2, head_dim=16, d_ff=128, max_position=256)
 ROWS, LENGTH = 2, 256
-TOOL = Path(__file__).resolve().parents[2] / "tools/remat_memory.py"
 
 
 def _temp_bytes(cfg: ModelConfig) -> int:
     """XLA's temporary bytes of the compiled SFT step, as tools/remat_memory.py reads them."""
-    spec = importlib.util.spec_from_file_location("remat_memory", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.sft_temp_bytes(cfg, ROWS, LENGTH, chunk=64)
+    return load_tool("remat_memory").sft_temp_bytes(cfg, ROWS, LENGTH, chunk=64)
 
 
 def _growth_per_layer(cfg: ModelConfig) -> int:
