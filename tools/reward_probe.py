@@ -2,12 +2,15 @@
 
   python tools/reward_probe.py work/demo/seed-0                  # through the RL Answer Agent
   python tools/reward_probe.py work/demo/seed-0 --answer sft     # through the warm start
+  python tools/reward_probe.py work/demo/seed-0 --answer rules   # through a careful rule reader
   python tools/reward_probe.py work/demo/seed-0 --max_states 100 --out probe.json
 
 On the manager stage's own states (train turns with linked questions), rewards four fixed
 behaviours (clean / add / delete_add / none) as a GRPO group is rewarded, and prints their mean
 reward per gold operation of the turn. Where "clean" and "add" tie, GRPO cannot prefer UPDATE to
-ADD (docs/demo.md, item 41). Prints a table and writes JSON (--out; default
+ADD (docs/demo.md, item 41). Through the careful rule reader (person-aware, newest memory,
+no hedging; memr1.demo.answer_teacher.RuleReader) it shows what the banks themselves would
+reward with a reader that reads well (item 45). Prints a table and writes JSON (--out; default
 SEED_DIR/reward_probe_<answer>.json).
 """
 
@@ -22,11 +25,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from memr1.demo.reward_probe import BEHAVIOURS, probe_seed
+from memr1.demo.answer_teacher import RuleReader
+from memr1.demo.reward_probe import BEHAVIOURS, checkpoint_answerer, probe_seed
 from memr1.demo.run import SeedRun, check_seed_dir
 from memr1.demo.settings import FULL, QUICK
 
-ANSWERERS = {"rl": "answer_{algo}", "sft": "sft"}
+# Checkpoint folders of the answerers a seed folder holds; "rules" needs none.
+ANSWERERS = {"rl": "answer_{algo}", "sft": "sft", "rules": None}
 
 
 def main(argv=None) -> int:
@@ -37,7 +42,7 @@ def main(argv=None) -> int:
         "--answer",
         choices=sorted(ANSWERERS),
         default="rl",
-        help="the frozen Answer Agent: the RL stage's (default) or the warm start",
+        help="the frozen Answer Agent: the RL stage's (default), the warm start, or rules",
     )
     parser.add_argument("--algo", choices=("grpo", "ppo"), default="grpo")
     parser.add_argument("--max_states", type=int, default=None, help="default: all")
@@ -54,13 +59,19 @@ def main(argv=None) -> int:
         )
     except ValueError as e:
         parser.error(str(e))
-    checkpoint = seed_dir / ANSWERERS[args.answer].format(algo=args.algo) / "checkpoints"
-    if not checkpoint.is_dir():
-        parser.error(f"checkpoint {checkpoint}: not a directory (an Orbax train checkpoints dir)")
     run = SeedRun(QUICK if args.quick else FULL, seed, seed_dir, algo=args.algo, log=print)
-    result = probe_seed(run, str(checkpoint), max_states=args.max_states)
+    if args.answer == "rules":
+        through, answerer = "the careful rule reader", RuleReader(style="compact")
+    else:
+        checkpoint = seed_dir / ANSWERERS[args.answer].format(algo=args.algo) / "checkpoints"
+        if not checkpoint.is_dir():
+            parser.error(
+                f"checkpoint {checkpoint}: not a directory (an Orbax train checkpoints dir)"
+            )
+        through, answerer = str(checkpoint), checkpoint_answerer(run, str(checkpoint))
+    result = {"answerer": through, **probe_seed(run, answerer, max_states=args.max_states)}
 
-    print(f"reward probe through {checkpoint} ({result['states']} manager-stage states)")
+    print(f"reward probe through {through} ({result['states']} manager-stage states)")
     print("| gold op | states | " + " | ".join(BEHAVIOURS) + " |")
     print("|---|---|" + "---|" * len(BEHAVIOURS))
     for group, g in result["groups"].items():

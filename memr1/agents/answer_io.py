@@ -144,12 +144,58 @@ def render_answer_input(
     blocks = []
     for speaker, memories in memories_by_speaker.items():
         lines = render_memory_lines(memories) or "(none)"
-        header = f"Memories of {speaker}:" if style == "full" else f"{speaker}:"
-        blocks.append(f"{header}\n{lines}")
+        blocks.append(f"{_header(speaker, style)}\n{lines}")
     separator = "\n\n" if style == "full" else "\n"
     memories_text = separator.join(blocks) or "(no memories)"
     agent = "answer" if distill else "answer_direct"
     return get_template(agent, style).render(memories=memories_text, question=one_line(question))
+
+
+def _header(speaker: str, style: str) -> str:
+    return f"Memories of {speaker}:" if style == "full" else f"{speaker}:"
+
+
+def parse_answer_input(
+    messages: Sequence[Message], *, style: str = "full"
+) -> tuple[str, dict[str, list[tuple[str, str]]]]:
+    """The question and memories of a chat ``render_answer_input`` wrote (its inverse).
+
+    For readers that are not language models (the demo's rule reader) and that must see exactly
+    what the Answer Agent sees. Memory lines split at their first ": " (timestamps contain none).
+
+    Returns:
+      (question, speaker -> [(timestamp, memory), ...]) in the rendered order.
+
+    Raises:
+      ValueError naming the line that is not a header, a memory or "(none)".
+    """
+    check_style(style)
+    user = next((m["content"] for m in messages if m["role"] == "user"), None)
+    if user is None:
+        raise ValueError("answer input: no user message")
+    # The text between {memories} and {question} in the user template ("\nQ: " in compact).
+    template = get_template("answer", style).user
+    lead = template.split("{memories}", 1)[1].split("{question}", 1)[0]
+    memories_text, found, question = user.rpartition(lead)
+    if not found:
+        raise ValueError(f"answer input: no {lead.strip()!r} line before the question")
+    memories: dict[str, list[tuple[str, str]]] = {}
+    speaker = None
+    for line in memories_text.split("\n"):
+        if not line or line == "(no memories)":
+            continue
+        name = line[len("Memories of ") : -1] if style == "full" else line[:-1]
+        if line.endswith(":") and ": " not in line and line == _header(name, style):
+            speaker = name
+            memories[speaker] = []
+        elif speaker is not None and line == "(none)":
+            continue
+        elif speaker is not None and ": " in line:
+            stamp, _, text = line.partition(": ")
+            memories[speaker].append((stamp, text))
+        else:
+            raise ValueError(f"answer input: cannot read the line {line!r}")
+    return question, memories
 
 
 def format_answer_output(distilled: Sequence[str], answer: str) -> str:

@@ -32,12 +32,16 @@ import json
 import random
 from collections.abc import Mapping, Sequence
 
-from memr1.agents.answer_io import format_answer_output
+import numpy as np
+
+from memr1.agents.answer_io import format_answer_output, parse_answer_input
+from memr1.agents.prompts import check_style
 from memr1.data.locomo import parse_locomo_date
 from memr1.data.synthloco.dates import resolve
 from memr1.data.synthloco.gold import join_items
 from memr1.data.synthloco.world import FOODS, HOBBIES, NUMBER_WORDS, article
 from memr1.demo.sentences import Question, Sentence, parse_question, parse_sentence
+from memr1.pipeline.policy import Completion
 
 UNKNOWN = "unknown"
 Memory = tuple[str, str]  # (when, text) as render_answer_input takes them
@@ -151,6 +155,9 @@ class CarelessAnswerTeacher:
       hedge: how often, when several memories are related to a one-person question, it does not
         select at all: it distils every related memory (in random order) and answers with their
         distinct answers joined by " or " ("Austin or Chicago"), which exact match scores 0.
+      newest: pick the newest related memory, as the prompt asks, instead of the careless pick
+        (``stale_bias``). With ``person_blind`` and ``hedge`` off this is the careful reader
+        of the reward probe (``RuleReader``): every flaw removed, still one memory per person.
     """
 
     name = "careless-reader-rules"
@@ -161,6 +168,7 @@ class CarelessAnswerTeacher:
         stale_bias: float = 0.5,
         person_blind: bool = False,
         hedge: float = 0.0,
+        newest: bool = False,
     ):
         if not 0.0 <= float(hedge) <= 1.0:
             raise ValueError(f"CarelessAnswerTeacher.hedge: expected a probability, got {hedge}")
@@ -168,6 +176,7 @@ class CarelessAnswerTeacher:
         self.stale_bias = float(stale_bias)
         self.person_blind = bool(person_blind)
         self.hedge = float(hedge)
+        self.newest = bool(newest)
 
     def _rng(self, question: str, memories: Mapping[str, Sequence[Memory]]) -> random.Random:
         blob = json.dumps(
@@ -200,7 +209,9 @@ class CarelessAnswerTeacher:
             if self.hedge and one_person and len(relevant) > 1 and rng.random() < self.hedge:
                 return _hedged(parsed, relevant, rng)
             # The designed flaw: the oldest related memory, or any; never a deliberate newest.
-            if rng.random() < self.stale_bias:
+            if self.newest:
+                (when, text), sentence = max(relevant, key=lambda r: _age_key(r[0][0]))
+            elif rng.random() < self.stale_bias:
                 (when, text), sentence = min(relevant, key=lambda r: _age_key(r[0][0]))
             else:
                 (when, text), sentence = rng.choice(relevant)
@@ -218,3 +229,30 @@ class CarelessAnswerTeacher:
         """The full reply text, with the distilled lines or (``distill=False``) without."""
         lines, answer = self(question, memories_by_speaker)
         return format_answer_output(lines if distill else [], answer)
+
+
+class RuleReader:
+    """A frozen Answer Agent made of rules, with a policy's ``complete``: it reads the chat the
+    Answer Agent gets (``parse_answer_input``) and answers as the careful reader (the teacher
+    with ``newest`` and no flaws), without distilled lines.
+
+    The reward probe rewards manager behaviours through it to ask what the bank itself decides:
+    which operations a reader that reads well would reward (docs/demo.md, item 45).
+    """
+
+    name = "careful-reader-rules"
+
+    def __init__(self, style: str = "compact"):
+        self.style = check_style(style)
+        self.teacher = CarelessAnswerTeacher(stale_bias=0.0, newest=True)
+
+    def complete(self, conversations, sampling=None, *, key=None, num_samples: int = 1):
+        """One reply per chat (``num_samples`` copies of it: the reader is deterministic)."""
+        out = []
+        for chat in conversations:
+            question, memories = parse_answer_input(chat, style=self.style)
+            text = format_answer_output([], self.teacher(question, memories)[1])
+            empty = np.zeros(0, np.int32)
+            done = Completion(text, empty, empty, np.zeros(0, np.float32), finished=True)
+            out.append([done] * num_samples)
+        return out

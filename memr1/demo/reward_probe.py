@@ -133,21 +133,27 @@ def probe_rewards(
     return {"states": len(states), "groups": groups}
 
 
-def probe_seed(seed_run, answer_checkpoint: str, *, max_states: int | None = None) -> dict:
-    """The probe over a demo seed's manager-stage states, through the Answer Agent saved in
-    ``answer_checkpoint`` (an Orbax train directory); the seed's backbone, memory sizes and
-    embedder, as the manager stage uses them."""
-    from memr1.data.tuples import read_tuples
+def checkpoint_answerer(seed_run, answer_checkpoint: str):
+    """The Answer Agent saved in ``answer_checkpoint`` (an Orbax train directory) on the seed's
+    backbone, as the manager stage loads its frozen answerer."""
     from memr1.pipeline import load
     from memr1.train.checkpoint import restore_params
 
     backbone = load.load_backbone(hf_dir=str(seed_run.base))
     params = restore_params(answer_checkpoint, backbone.params)
-    answerer = load.make_policy(backbone, params, batch_size=64)
+    return load.make_policy(backbone, params, batch_size=64)
+
+
+def probe_seed(seed_run, answerer, *, max_states: int | None = None) -> dict:
+    """The probe over a demo seed's manager-stage states through ``answerer`` (a policy, e.g.
+    ``checkpoint_answerer``, or the rule reader); the seed's memory sizes and embedder, as the
+    manager stage uses them."""
+    from memr1.data.tuples import read_tuples
+
     states = [t for t in read_tuples(seed_run.rl_tuples, "manager") if t.has_qa]
     states = states[:max_states] if max_states else states
     s = seed_run.s
-    result = probe_rewards(
+    return probe_rewards(
         states,
         gold_index(seed_run.data / "gold_ops.json"),
         answerer=answerer,
@@ -156,4 +162,3 @@ def probe_seed(seed_run, answer_checkpoint: str, *, max_states: int | None = Non
         capacity=s.capacity,
         text_bytes=s.text_bytes,
     )
-    return {"answer_checkpoint": str(answer_checkpoint), **result}

@@ -8,6 +8,7 @@ from memr1.agents.answer_io import (
     extract_distilled,
     extract_final_answer,
     format_answer_output,
+    parse_answer_input,
     render_answer_input,
 )
 from memr1.agents.prompts import STYLES
@@ -120,6 +121,34 @@ def test_render_speaker_order_and_empty_banks():
     assert "(none)" in body
     _, user = render_answer_input("q?", {})
     assert "(no memories)" in user["content"]
+
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("distill", [True, False])
+def test_parse_answer_input_inverts_render(style, distill):
+    memories = {
+        "Zed": [],
+        "Maria": [("2:55 am on 13 August, 2023", "Maria has two cats: Luna and Toby.")],
+        **MEMORIES,
+    }
+    chat = render_answer_input(
+        "What are  the names of\nMaria's cats?", memories, style=style, distill=distill
+    )
+    question, parsed = parse_answer_input(chat, style=style)
+    assert question == "What are the names of Maria's cats?"
+    # Newlines inside a memory are collapsed, as the agent sees them.
+    want = {k: [(t, " ".join(m.split())) for t, m in v] for k, v in memories.items()}
+    assert parsed == want and list(parsed) == list(memories)
+    assert parse_answer_input(render_answer_input("q?", {}, style=style), style=style) == ("q?", {})
+
+
+def test_parse_answer_input_names_what_it_cannot_read():
+    with pytest.raises(ValueError, match="no user message"):
+        parse_answer_input([{"role": "system", "content": "x"}], style="compact")
+    with pytest.raises(ValueError, match="no 'Q:' line"):
+        parse_answer_input([{"role": "user", "content": "Amy:\nQuestion: q?"}], style="compact")
+    with pytest.raises(ValueError, match="cannot read the line 'a stray line'"):
+        parse_answer_input([{"role": "user", "content": "a stray line\nQ: q?"}], style="compact")
 
 
 @pytest.mark.parametrize("style", STYLES)

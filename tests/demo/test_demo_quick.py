@@ -72,15 +72,18 @@ def test_quick_demo_writes_every_output(tmp_path, capsys):
         assert 0.0 <= scores["top1"] <= 1.0 and 0.0 < scores["mean_prob"] <= 1.0, agent
 
     # The reward probe (tools/reward_probe.py) rewards the fixed behaviours on the manager
-    # stage's states through the RL Answer Agent, as the stage rewards its groups.
-    reward_out = tmp_path / "reward_probe.json"
-    argv = [str(seed), "--quick", "--max_states", "4", "--out", str(reward_out)]
-    assert load_tool("reward_probe").main(argv) == 0
-    probe = json.loads(reward_out.read_text())
-    assert probe["states"] == sum(g["n"] for g in probe["groups"].values()) > 0
-    for group in probe["groups"].values():
-        assert set(group["reward"]) == {"clean", "add", "delete_add", "none"}
-        assert all(0.0 <= r <= 1.0 for r in group["reward"].values())
+    # stage's states through the RL Answer Agent, as the stage rewards its groups, and through
+    # the careful rule reader.
+    for answer in ("rl", "rules"):
+        reward_out = tmp_path / f"reward_probe_{answer}.json"
+        argv = [str(seed), "--quick", "--answer", answer, "--max_states", "4"]
+        assert load_tool("reward_probe").main([*argv, "--out", str(reward_out)]) == 0
+        probe = json.loads(reward_out.read_text())
+        assert probe["states"] == sum(g["n"] for g in probe["groups"].values()) > 0
+        assert ("answer_grpo" in probe["answerer"]) == (answer == "rl")
+        for group in probe["groups"].values():
+            assert set(group["reward"]) == {"clean", "add", "delete_add", "none"}
+            assert all(0.0 <= r <= 1.0 for r in group["reward"].values())
 
     # A second run resumes: every stage finds its output and nothing is trained again.
     assert main(["--quick", "--workdir", str(workdir)]) == 0

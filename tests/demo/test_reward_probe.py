@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from memr1.agents.manager_io import ADD, DELETE, UPDATE, parse_manager_output, render_manager_input
+from memr1.data.tuples.schema import LinkedQA, ManagerTuple, MemoryRecord
+from memr1.demo.answer_teacher import RuleReader
 from memr1.demo.reward_probe import BEHAVIOURS, behaviour_replies, gold_group, probe_rewards
 
 
@@ -55,6 +58,68 @@ def test_gold_groups_split_updates_into_lists_and_changes():
     assert gold_group({"op": "UPDATE", "delete_add_ok": True}) == "UPDATE-change"
     assert gold_group({"op": "UPDATE", "delete_add_ok": False}) == "UPDATE-list"
     assert gold_group({"op": "NOOP", "delete_add_ok": False}) == "NOOP"
+
+
+def _words(texts):
+    """A bag-of-words embedder: enough for retrieval to find a speaker's memories by topic."""
+    vocab = "andrew maria dog dogs toby buddy lives chicago names".split()
+    out = np.zeros((len(texts), len(vocab) + 1), np.float32)
+    for row, text in enumerate(texts):
+        for word in text.lower().replace(".", " ").replace("?", " ").replace("'s", " ").split():
+            out[row, vocab.index(word) if word in vocab else -1] += 1.0
+    return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+def test_through_a_careful_reader_only_the_merge_answers_the_list_question():
+    toby = MemoryRecord(
+        id=0,
+        text="Andrew adopted a dog named Toby yesterday.",
+        owner=0,
+        updated=1_683_000_000,
+        dia_id="D1:2",
+    )
+    home = MemoryRecord(
+        id=1, text="Andrew lives in Chicago.", owner=0, updated=1_683_000_000, dia_id="D1:3"
+    )
+    question = LinkedQA(
+        0, "What are the names of Andrew's dogs?", "Toby and Buddy", 1, ("D1:2", "D2:1")
+    )
+    state = ManagerTuple(
+        sample_id="s",
+        dia_id="D2:1",
+        turn_index=5,
+        speaker="Andrew",
+        owner=0,
+        speakers=("Andrew", "Maria"),
+        session_date="1:56 pm on 8 May, 2023",
+        timestamp=1_683_554_160,
+        window_start=0,
+        facts=("Andrew adopted another dog named Buddy today.",),
+        retrieved=((0, toby.text), (1, home.text)),
+        bank=(toby, home),
+        qa=(question,),
+        builder="test",
+    )
+    got = probe_rewards(
+        [state],
+        {("s", "D2:1"): {"op": "UPDATE", "delete_add_ok": False}},
+        answerer=RuleReader(),
+        embed=_words,
+        k_per_speaker=2,
+        capacity=8,
+        text_bytes=64,
+    )
+    # Merged: "Andrew has two dogs: Toby and Buddy." Split or lost, the newest dog memory names
+    # Buddy alone; with no write, Toby alone.
+    assert got == {
+        "states": 1,
+        "groups": {
+            "UPDATE-list": {
+                "n": 1,
+                "reward": {"clean": 1.0, "add": 0.0, "delete_add": 0.0, "none": 0.0},
+            }
+        },
+    }
 
 
 def test_a_state_without_a_gold_label_is_named():

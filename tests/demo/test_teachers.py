@@ -6,7 +6,7 @@ import collections
 
 import pytest
 
-from memr1.agents.answer_io import extract_distilled, extract_final_answer
+from memr1.agents.answer_io import extract_distilled, extract_final_answer, render_answer_input
 from memr1.agents.manager_io import (
     ADD,
     DELETE,
@@ -16,7 +16,7 @@ from memr1.agents.manager_io import (
     render_manager_input,
 )
 from memr1.data.tuples.banks import check_teacher_ops
-from memr1.demo.answer_teacher import UNKNOWN, CarelessAnswerTeacher
+from memr1.demo.answer_teacher import UNKNOWN, CarelessAnswerTeacher, RuleReader
 from memr1.demo.teacher import ManagerRates, MemZeroLikeTeacher
 
 TOBY = "Andrew adopted a dog named Toby yesterday."
@@ -127,6 +127,23 @@ def test_answer_teacher_prefers_the_stale_memory():
         for seed in range(200)
     )
     assert picks["Boston"] > picks["Denver"] > 0
+
+
+@pytest.mark.parametrize("style", ["compact", "full"])
+def test_rule_reader_reads_the_newest_own_memory_of_the_rendered_chat(style):
+    # The stale memory is listed first, Maria's food is not Andrew's: the careful reader takes
+    # neither, and answers from the chat the Answer Agent would get.
+    memories = _memories(OLD_CITY, NEW_CITY)
+    chats = [
+        render_answer_input("Where does Andrew live?", memories, style=style),
+        render_answer_input("What is Andrew's favorite food?", memories, style=style),
+    ]
+    replies = RuleReader(style=style).complete(chats, None, key=None, num_samples=2)
+    assert [[c.text for c in r] for r in replies] == [
+        ["**Answer:** Denver"] * 2,
+        [f"**Answer:** {UNKNOWN}"] * 2,
+    ]
+    assert CarelessAnswerTeacher(0, newest=True)("Where does Andrew live?", memories)[1] == "Denver"
 
 
 def test_person_blind_teacher_answers_from_either_speaker():
