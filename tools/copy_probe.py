@@ -14,7 +14,6 @@ JSON (--out; default SEED_DIR/copy_probe_<split>.json).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+from memr1.data.errors import write_json_atomic
 from memr1.demo.probe import AGENTS, probe_checkpoint
 from memr1.demo.run import SeedRun, check_seed_dir
 from memr1.demo.settings import FULL, QUICK
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
         s = result["scores"][agent]
         print(f"| {agent} | {s['tokens']} | {s['top1']:.2f} | {s['mean_prob']:.2f} |")
     out = args.out or seed_dir / f"copy_probe_{args.split}.json"
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    write_json_atomic(out, result, indent=1)  # never a half-written report
     print(f"wrote {out}")
     return 0
 

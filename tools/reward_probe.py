@@ -17,7 +17,6 @@ SEED_DIR/reward_probe_<answer>.json).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+from memr1.data.errors import write_json_atomic
 from memr1.demo.answer_teacher import RuleReader
 from memr1.demo.reward_probe import BEHAVIOURS, checkpoint_answerer, probe_seed
 from memr1.demo.run import SeedRun, check_seed_dir
@@ -78,7 +78,7 @@ def main(argv=None) -> int:
         cells = " | ".join(f"{g['reward'][b]:.3f}" for b in BEHAVIOURS)
         print(f"| {group} | {g['n']} | {cells} |")
     out = args.out or seed_dir / f"reward_probe_{args.answer}.json"
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    write_json_atomic(out, result, indent=1)  # never a half-written report
     print(f"wrote {out}")
     return 0
 

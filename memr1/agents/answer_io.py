@@ -185,7 +185,8 @@ def parse_answer_input(
         if not line or line == "(no memories)":
             continue
         name = line[len("Memories of ") : -1] if style == "full" else line[:-1]
-        if line.endswith(":") and ": " not in line and line == _header(name, style):
+        # A header; a memory line ending in ":" still has the ": " after its timestamp.
+        if ": " not in line and line == _header(name, style):
             speaker = name
             memories[speaker] = []
         elif speaker is not None and line == "(none)":

@@ -240,8 +240,6 @@ class RuleReader:
     which operations a reader that reads well would reward (docs/demo.md, item 45).
     """
 
-    name = "careful-reader-rules"
-
     def __init__(self, style: str = "compact"):
         self.style = check_style(style)
         self.teacher = CarelessAnswerTeacher(stale_bias=0.0, newest=True)
