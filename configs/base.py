@@ -44,23 +44,6 @@ def mesh_section(data: int = 1, fsdp: int = -1, tensor: int = 1) -> ml_collectio
     return ml_collections.ConfigDict({"data": data, "fsdp": fsdp, "tensor": tensor})
 
 
-def sampling_section(
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    max_new_tokens: int = 256,
-) -> ml_collections.ConfigDict:
-    """Rollout sampling; temperature 0 is greedy and top_k 0 disables the top-k filter."""
-    return ml_collections.ConfigDict(
-        {
-            "temperature": temperature,
-            "top_p": top_p,
-            "top_k": top_k,
-            "max_new_tokens": max_new_tokens,
-        }
-    )
-
-
 def hf_dir_field() -> config_dict.FieldReference:
     """A local HF checkpoint directory, unset by default (random init), typed as a string."""
     return config_dict.placeholder(str)
@@ -168,7 +151,8 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
 
     `batch_size` counts states (prompts) per step; GRPO samples `group_size` outputs for each.
     `max_new_tokens` bounds each rollout (paper: 2048 response tokens). For the manager stage
-    the frozen Answer Agent answers greedily with `answer_max_new_tokens`.
+    the frozen Answer Agent answers exactly as evaluation does: the `agents` section's
+    temperature and `answer_max_new_tokens`, the `memory` section's retriever and k_per_speaker.
     LoRA (`memr1.train.lora`, through qwix): `lora_rank` > 0 trains only rank-r adapters on the
     weights of the modules matching `lora_module_path` (a regex over paths like
     `layers/0/attn`), scaled by `lora_alpha / lora_rank`; 0 trains every weight (the paper).
@@ -198,7 +182,6 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
             "oversample": 1,
             "temperature": 1.0,
             "max_new_tokens": 512 if stage == "manager" else 256,
-            "answer_max_new_tokens": 64,
             "sft_length": 2048,
             "checkpoint_every": 50,
             "keep": 3,

@@ -47,18 +47,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.algo = v["algo"]
     config.stage = v["stage"]
-    config.dataset = v["dataset"]
     config.seed = 0
     # The tiny backbone is for CPUs, where bfloat16 matmuls are slow and imprecise.
     small = backbone == "tiny"
     config.model = base.model_section(backbone, dtype="float32" if small else "bfloat16")
     config.hf_dir = base.hf_dir_field()
     config.mesh = base.mesh_section()
-    config.sampling = base.sampling_section()
     # The memory pipeline and its evaluation (memr1.evaluate).
     config.system = v["system"]
     config.tokenizer_dir = base.hf_dir_field()
-    config.workdir = base.hf_dir_field()
     config.data = base.data_section(str(v["dataset"]))
     config.memory = base.memory_section()
     config.agents = base.agents_section()
@@ -72,7 +69,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.memory.fact_source = "observation"
     if runlocal:
         config.mesh = base.mesh_section(data=1, fsdp=1, tensor=1)
-        config.sampling.max_new_tokens = 32
+        # The Answer Agent's replies, in evaluation and as the manager stage's frozen reader.
+        config.agents.answer_max_new_tokens = 32
         config.train.update(
             steps=20,
             batch_size=4,
@@ -81,7 +79,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             warmup_steps=2,
             sft_length=512,
             max_new_tokens=48,
-            answer_max_new_tokens=16,
             checkpoint_every=10,
         )
     config.lock()

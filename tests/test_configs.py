@@ -20,15 +20,15 @@ def memr1_config(monkeypatch):
 def test_defaults(memr1_config):
     config = memr1_config.get_config()
     assert config.model.size == "tiny" and config.model.dtype == "float32"
-    assert (config.algo, config.stage, config.dataset) == ("grpo", "manager", "synthloco")
+    assert (config.algo, config.stage, config.data.kind) == ("grpo", "manager", "synthloco")
     assert config.hf_dir is None
-    assert config.sampling.max_new_tokens == 256
+    assert config.agents.answer_max_new_tokens == 256
 
 
 def test_overrides(memr1_config):
     config = memr1_config.get_config("backbone=qwen2.5-7b, algo=ppo,stage=answer,dataset=locomo")
     assert config.model.size == "qwen2.5-7b" and config.model.dtype == "bfloat16"
-    assert (config.algo, config.stage, config.dataset) == ("ppo", "answer", "locomo")
+    assert (config.algo, config.stage, config.data.kind) == ("ppo", "answer", "locomo")
 
 
 def test_runlocal_shrinks(memr1_config):
@@ -36,19 +36,19 @@ def test_runlocal_shrinks(memr1_config):
         config = memr1_config.get_config(arg)
         assert config.model.size == "tiny"
         assert (config.mesh.data, config.mesh.fsdp, config.mesh.tensor) == (1, 1, 1)
-        assert config.sampling.max_new_tokens == 32
+        assert config.agents.answer_max_new_tokens == 32
     assert memr1_config.get_config("runlocal=false").mesh.fsdp == -1
 
 
 def test_locked(memr1_config):
     config = memr1_config.get_config()
     with pytest.raises(AttributeError):
-        config.sampling.temprature = 0.5  # a typo must not create a new field
+        config.agents.temprature = 0.5  # a typo must not create a new field
     with pytest.raises(AttributeError):
         config.new_section = 1
     with pytest.raises(TypeError):
-        config.sampling.max_new_tokens = "many"
-    config.sampling.temperature = 0.0  # existing fields stay writable
+        config.agents.answer_max_new_tokens = "many"
+    config.agents.temperature = 0.5  # existing fields stay writable
     config.hf_dir = "/ckpt/qwen"  # the placeholder takes a string
     assert config.hf_dir == "/ckpt/qwen"
 

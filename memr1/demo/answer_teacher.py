@@ -240,8 +240,9 @@ class RuleReader:
     which operations a reader that reads well would reward (docs/demo.md, item 45).
     """
 
-    def __init__(self, style: str = "compact"):
+    def __init__(self, style: str = "compact", batch_size: int = 64):
         self.style = check_style(style)
+        self.batch_size = batch_size
         self.teacher = CarelessAnswerTeacher(stale_bias=0.0, newest=True)
 
     def complete(self, conversations, sampling=None, *, key=None, num_samples: int = 1):

@@ -59,8 +59,8 @@ def stage_overrides(s: DemoSettings, seed: int, *, stage: str, algo: str) -> dic
     elif stage == "manager":
         schedule(s.manager_steps, s.manager_batch, s.manager_lr)
         o.update({"train.group_size": s.group, "train.max_new_tokens": s.manager_max_new})
-        o["train.answer_max_new_tokens"] = s.answer_max_new
-        # The frozen answerer answers the G candidate banks of a state in one call.
+        # The frozen answerer answers the linked questions over the G candidate banks of a
+        # state in one call (agents.answer_max_new_tokens bounds its replies, as in evaluation).
         o["agents.batch_size"] = s.group
     if algo == "grpo" and stage in ("answer", "manager"):
         o["train.drop_zero_signal"] = s.drop_zero_signal

@@ -83,16 +83,11 @@ def gold_index(path) -> dict[tuple[str, str], dict]:
 
 
 def probe_rewards(
-    states: list[Any],
-    gold: Mapping[tuple[str, str], Mapping],
-    *,
-    answerer: Any,
-    embed: Any,
-    k_per_speaker: int,
-    capacity: int,
-    text_bytes: int,
+    states: list[Any], gold: Mapping[tuple[str, str], Mapping], env: Any
 ) -> dict[str, Any]:
-    """Mean reward of each behaviour per gold group over the ManagerTuples ``states``.
+    """Mean reward of each behaviour per gold group over the ManagerTuples ``states``, through
+    the manager stage's own reward path and frozen answerer (``env``, a
+    `memr1.train.manager_reward.RewardEnv`).
 
     Returns:
       {"states", "groups": {group: {"n", "reward": {behaviour: mean}}}}; a state whose turn has
@@ -109,17 +104,9 @@ def probe_rewards(
         if entry is None:
             raise KeyError(f"no gold operation for {t.sample_id} {t.dia_id}")
         replies = behaviour_replies(t)
-        got, _ = manager_rewards(
-            manager_state_from_tuple(t),
-            list(replies.values()),
-            answerer=answerer,
-            embed=embed,
-            k_per_speaker=k_per_speaker,
-            capacity=capacity,
-            text_bytes=text_bytes,
-            style="compact",
-            key=jax.random.key(0),
-        )
+        got = manager_rewards(
+            [manager_state_from_tuple(t)], [list(replies.values())], env, key=jax.random.key(0)
+        ).rewards[0]
         for name, r in zip(replies, got):
             rewards[gold_group(entry)][name].append(float(r))
     groups = {
@@ -152,13 +139,23 @@ def probe_seed(seed_run, answerer, *, max_states: int | None = None) -> dict:
 
     states = [t for t in read_tuples(seed_run.rl_tuples, "manager") if t.has_qa]
     states = states[:max_states] if max_states else states
-    s = seed_run.s
     return probe_rewards(
-        states,
-        gold_index(seed_run.data / "gold_ops.json"),
+        states, gold_index(seed_run.data / "gold_ops.json"), reward_env(seed_run, answerer)
+    )
+
+
+def reward_env(seed_run, answerer):
+    """The manager stage's reward settings of a demo seed (its own config), through
+    ``answerer``."""
+    from memr1.demo.commands import load_config, stage_overrides
+    from memr1.pipeline.setup import bank_spec, ingest_and_answer_configs
+    from memr1.train.manager_reward import RewardEnv
+
+    overrides = stage_overrides(seed_run.s, seed_run.seed, stage="manager", algo=seed_run.algo)
+    config = load_config(f"stage=manager,algo={seed_run.algo},runlocal", overrides)
+    return RewardEnv(
         answerer=answerer,
         embed=seed_run.encoder().encode,
-        k_per_speaker=s.k_per_speaker,
-        capacity=s.capacity,
-        text_bytes=s.text_bytes,
+        answer=ingest_and_answer_configs(config)[1],
+        bank=bank_spec(config.memory),
     )

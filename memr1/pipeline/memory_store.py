@@ -66,6 +66,70 @@ def to_timestamp(when: datetime) -> int:
     return int(when.replace(tzinfo=timezone.utc).timestamp())
 
 
+def host_arrays(bank) -> dict[str, np.ndarray]:
+    """The host copy of a bank's arrays that reading needs (one device-to-host fetch)."""
+    return {
+        "ids": np.asarray(bank.ids_M),
+        "valid": np.asarray(bank.valid_M),
+        "version": np.asarray(bank.version_M),
+        "owner": np.asarray(bank.owner_M),
+        "updated": np.asarray(bank.updated_M),
+        "length": np.asarray(bank.length_M),
+        "text": np.asarray(bank.text_MC),
+        "emb": np.asarray(bank.emb_ME),
+    }
+
+
+class BankView:
+    """Read access to one bank: its host arrays and a retriever keyed by its memory ids.
+
+    This is what answering (Algorithm 3) reads, whether the bank is a conversation's live memory
+    (`ConversationMemory`) or one of the candidate banks the manager stage's reward builds.
+    """
+
+    def __init__(self, speakers: Sequence[str], host: dict[str, np.ndarray], retriever):
+        self.speakers = tuple(speakers)
+        self.host = host
+        self.retriever = retriever
+
+    @classmethod
+    def index(cls, speakers: Sequence[str], host: dict[str, np.ndarray], kind: str) -> BankView:
+        """A view whose `kind` retriever indexes the valid rows of `host` from scratch."""
+        retriever = make_retriever(kind, host["emb"].shape[-1])
+        ok = host["valid"]
+        if ok.any():
+            retriever.upsert(host["ids"][ok].astype(np.int64), host["emb"][ok], host["owner"][ok])
+        return cls(speakers, host, retriever)
+
+    def hit(self, slot: int, score: float) -> Hit:
+        h = self.host
+        return Hit(
+            memory_id=int(h["ids"][slot]),
+            text=mem.decode_text(h["text"][slot], h["length"][slot]),
+            owner=int(h["owner"][slot]),
+            updated=int(h["updated"][slot]),
+            score=float(score),
+        )
+
+    def memories(self, owner: int | None = None) -> list[Hit]:
+        """All valid memories (of one owner, or all), in id order."""
+        h = self.host
+        rows = [s for s in np.flatnonzero(h["valid"]) if owner is None or h["owner"][s] == owner]
+        return sorted((self.hit(s, 0.0) for s in rows), key=lambda hit: hit.memory_id)
+
+    def search(self, query_QE: np.ndarray, owner: int, k: int) -> list[list[Hit]]:
+        """Top-k memories of `owner` for each query (fewer when the owner has fewer)."""
+        if len(query_QE) == 0:
+            return []
+        ids, scores = self.retriever.search(np.asarray(query_QE, np.float32), k, owner=owner)
+        h = self.host
+        slot_of = {int(i): s for s, i in enumerate(h["ids"]) if h["valid"][s]}
+        return [
+            [self.hit(slot_of[int(i)], sc) for i, sc in zip(row_ids, row_sc) if int(i) >= 0]
+            for row_ids, row_sc in zip(ids, scores)
+        ]
+
+
 class ConversationMemory:
     """The bank of one conversation plus its retrieval index."""
 
@@ -76,8 +140,13 @@ class ConversationMemory:
         self.bank = mem.empty_bank(
             spec.capacity, spec.text_bytes, dim, spec.log_capacity, overflow=spec.overflow
         )
-        self.retriever = make_retriever(spec.retriever, dim)
-        self._host = self._snapshot()
+        self.view = BankView(
+            self.speakers, host_arrays(self.bank), make_retriever(spec.retriever, dim)
+        )
+
+    @property
+    def retriever(self):
+        return self.view.retriever
 
     def owner_of(self, speaker: str) -> int:
         if speaker not in self.speakers:
@@ -86,45 +155,13 @@ class ConversationMemory:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def _snapshot(self) -> dict[str, np.ndarray]:
-        b = self.bank
-        return {
-            "ids": np.asarray(b.ids_M),
-            "valid": np.asarray(b.valid_M),
-            "version": np.asarray(b.version_M),
-            "owner": np.asarray(b.owner_M),
-            "updated": np.asarray(b.updated_M),
-            "length": np.asarray(b.length_M),
-            "text": np.asarray(b.text_MC),
-            "emb": np.asarray(b.emb_ME),
-        }
-
     def memories(self, owner: int | None = None) -> list[Hit]:
         """All valid memories (of one owner, or all), in id order."""
-        h = self._host
-        rows = [s for s in np.flatnonzero(h["valid"]) if owner is None or h["owner"][s] == owner]
-        return sorted((self._hit(s, 0.0) for s in rows), key=lambda hit: hit.memory_id)
-
-    def _hit(self, slot: int, score: float) -> Hit:
-        h = self._host
-        return Hit(
-            memory_id=int(h["ids"][slot]),
-            text=mem.decode_text(h["text"][slot], h["length"][slot]),
-            owner=int(h["owner"][slot]),
-            updated=int(h["updated"][slot]),
-            score=float(score),
-        )
+        return self.view.memories(owner)
 
     def search(self, query_QE: np.ndarray, owner: int, k: int) -> list[list[Hit]]:
         """Top-k memories of `owner` for each query (fewer when the owner has fewer)."""
-        if len(query_QE) == 0:
-            return []
-        ids, scores = self.retriever.search(np.asarray(query_QE, np.float32), k, owner=owner)
-        slot_of = {int(i): s for s, i in enumerate(self._host["ids"]) if self._host["valid"][s]}
-        return [
-            [self._hit(slot_of[int(i)], sc) for i, sc in zip(row_ids, row_sc) if int(i) >= 0]
-            for row_ids, row_sc in zip(ids, scores)
-        ]
+        return self.view.search(query_QE, owner, k)
 
     def neighbours(self, fact_emb_QE: np.ndarray, owner: int, k: int) -> list[tuple[int, str]]:
         """What the manager is shown for a turn's facts: the top `k` of `owner`'s memories per
@@ -181,12 +218,12 @@ class ConversationMemory:
         self.apply(ops, owner=owner, timestamp=timestamp, turn=turn, embed=embed)
 
     def _owns(self, memory_id: int, owner: int) -> bool:
-        h = self._host
+        h = self.view.host
         hit = (h["ids"] == memory_id) & h["valid"]
         return bool(hit.any()) and int(h["owner"][np.argmax(hit)]) == owner
 
     def _sync(self) -> None:
-        old, new = self._host, self._snapshot()
+        old, new = self.view.host, host_arrays(self.bank)
         before = {
             int(i): int(v) for i, v, ok in zip(old["ids"], old["version"], old["valid"]) if ok
         }
@@ -200,4 +237,4 @@ class ConversationMemory:
             self.retriever.upsert(
                 new["ids"][slots].astype(np.int64), new["emb"][slots], new["owner"][slots]
             )
-        self._host = new
+        self.view.host = new

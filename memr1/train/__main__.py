@@ -45,9 +45,10 @@ from memr1.models.hf_io import config_from_hf
 from memr1.models.tokenizer import load_tokenizer
 from memr1.pipeline import load
 from memr1.pipeline.policy import SamplingConfig
-from memr1.pipeline.setup import check_memory_config
+from memr1.pipeline.setup import bank_spec, check_memory_config, ingest_and_answer_configs
 from memr1.train import grpo, loop, lora, mesh, ppo, rollout, sft, state
 from memr1.train.checkpoint import Checkpointer, restore_params
+from memr1.train.manager_reward import RewardEnv
 from memr1.train.metrics_log import MetricsWriter, NonFiniteError
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/memr1.py", "Experiment config.")
@@ -315,10 +316,21 @@ def train(
             if t.only_turns_with_qa:
                 records = [r for r in records if r.has_qa]
             states = [rollout.manager_state_from_tuple(x) for x in records]
+            # The frozen Answer Agent answers as evaluation does (memr1.train.manager_reward).
             answerer = load.make_policy(
-                models.answer_backbone, models.answerer, batch_size=config.agents.batch_size
+                models.answer_backbone,
+                models.answerer,
+                batch_size=config.agents.batch_size,
+                max_prompt_tokens=config.agents.max_prompt_tokens,
+                name="frozen answerer",
             )
             encoder = Encoder.from_dir()
+            env = RewardEnv(
+                answerer=answerer,
+                embed=encoder.encode,
+                answer=ingest_and_answer_configs(config)[1],
+                bank=bank_spec(config.memory),
+            )
 
             def do_rollout(params, batch_states, key):
                 return rollout.manager_rollout(
@@ -329,12 +341,7 @@ def train(
                     sampling=sampling,
                     key=key,
                     style=style,
-                    answerer=answerer,
-                    embed=encoder.encode,
-                    k_per_speaker=config.memory.k_per_speaker,
-                    capacity=config.memory.capacity,
-                    text_bytes=config.memory.text_bytes,
-                    distill=config.agents.distill,
+                    env=env,
                 )
 
         if not states:

@@ -24,7 +24,13 @@ import numpy as np
 
 from memr1.train import batches
 from memr1.train.checkpoint import Checkpointer
-from memr1.train.metrics_log import LaggedMetrics, MetricsWriter, check_finite, progress
+from memr1.train.metrics_log import (
+    LaggedMetrics,
+    MetricsWriter,
+    check_finite,
+    progress,
+    warn_shares,
+)
 from memr1.train.sft import sft_batch
 from memr1.train.state import TrainSetup, TrainState, step_key
 from memr1.train.update import FAULT_FIELD, shard_batch
@@ -118,6 +124,7 @@ def _log(ready, writer, bar, cfg) -> None:
     if writer is not None:
         writer.write(*ready)
     bar.set_postfix({k: f"{v:.3g}" for k, v in ready[1].items() if k in _SHOWN})
+    warn_shares(*ready, warn=bar.write)
     check_finite(*ready, on_nonfinite=cfg.on_nonfinite)
 
 

@@ -1,32 +1,29 @@
 """The manager stage's reward: apply G sampled manager outputs to G copies of a bank, let a
 frozen Answer Agent answer the linked questions over each copy, and score exact match.
 
-The bank work is batched and jitted: B states × G candidates become B·G banks built by one
-`vmap(apply_ops)` (each candidate's ops padded with NOOPs to a common N), and the linked
-questions are retrieved against all B·G banks in one masked top-k per speaker. Only what must
-cross to the host does: parsing the sampled text, embedding new memory texts, and the frozen
-answerer's prompts.
+The bank work is batched and jitted: the G candidates of a state become G banks built by one
+`vmap(apply_ops)` (each candidate's ops padded with NOOPs to a common N). Answering is
+evaluation's own Algorithm 3 (`memr1.pipeline.answer.answer_over_banks`) over all B·G banks of a
+step at once: each candidate bank is indexed by the configured retriever, and the answerer reads
+it with evaluation's prompts, sampling and token budget (`RewardEnv`), so the reward a manager
+earns is the score evaluation would give the bank it writes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from memr1 import memory as mem
-from memr1.agents.answer_io import extract_final_answer, render_answer_input
 from memr1.agents.manager_io import ManagerOp, parse_manager_output
 from memr1.eval.metrics import exact_match
-from memr1.pipeline.memory_store import EmbedFn, Hit
-from memr1.pipeline.policy import SamplingConfig, TextPolicy
+from memr1.pipeline.answer import AnswerConfig, answer_over_banks
+from memr1.pipeline.memory_store import BankSpec, BankView, EmbedFn, host_arrays
+from memr1.pipeline.policy import TextPolicy
 
-# The frozen answerer answers greedily: the reward should reflect the bank, not sampling noise.
-GREEDY_SHORT = SamplingConfig(temperature=0.0, max_new_tokens=64)
 _KINDS = {"NOOP": mem.NOOP, "ADD": mem.ADD, "UPDATE": mem.UPDATE, "DELETE": mem.DELETE}
 
 
@@ -45,9 +42,33 @@ class ManagerState:
     qa: tuple[tuple[str, str], ...]  # (question, gold answer) linked to the turn
 
 
-def base_bank(state: ManagerState, capacity: int, text_bytes: int, embed: EmbedFn):
+@dataclasses.dataclass(frozen=True)
+class RewardEnv:
+    """How the frozen Answer Agent scores a bank: evaluation's Algorithm 3 settings.
+
+    answer: retrieval depth, prompt style, distillation and sampling (temperature, token budget),
+      built from the config exactly as `memr1.evaluate` builds them.
+    bank: capacity, text bytes, overflow policy and retriever of the candidate banks.
+    """
+
+    answerer: TextPolicy
+    embed: EmbedFn
+    answer: AnswerConfig
+    bank: BankSpec
+
+
+@dataclasses.dataclass
+class Rewards:
+    """Rewards [B, G], the parsed ops of every output, and the reward path's shares."""
+
+    rewards: np.ndarray
+    parsed: list[list[list[ManagerOp]]]
+    stats: dict[str, float]
+
+
+def base_bank(state: ManagerState, spec: BankSpec, embed: EmbedFn):
     """The state's bank as arrays; returns (bank, {state id: bank id})."""
-    bank = mem.empty_bank(capacity, text_bytes, _dim(embed), 0, overflow="evict_oldest")
+    bank = mem.empty_bank(spec.capacity, spec.text_bytes, _dim(embed), 0, overflow=spec.overflow)
     rows = sorted(state.bank, key=lambda m: m["id"])
     if not rows:
         return bank, {}
@@ -67,15 +88,6 @@ def _dim(embed: EmbedFn) -> int:
 
 _apply_ops = jax.jit(mem.apply_ops)
 _apply_candidates = jax.jit(jax.vmap(mem.apply_ops, in_axes=(None, 0)))
-
-
-@functools.partial(jax.jit, static_argnames="k")
-def _search_banks(emb_GME, valid_GM, owner_GM, q_QE, owner, *, k):
-    """Top-k slots of `owner`'s memories in each of G banks for Q queries: [G, Q, k]."""
-    s = jnp.einsum("qe,gme->gqm", q_QE, emb_GME, precision=jax.lax.Precision.HIGHEST)
-    ok = valid_GM & (owner_GM == owner)
-    s = jnp.where(ok[:, None, :], s, -jnp.inf)
-    return jax.lax.top_k(s, k)
 
 
 def candidate_ops(
@@ -123,82 +135,87 @@ def is_malformed(ops: Sequence[ManagerOp]) -> bool:
     return no_valid and any(op.invalid in MALFORMED_KINDS for op in ops)
 
 
-def manager_rewards(
-    state: ManagerState,
-    outputs: Sequence[str],
-    *,
-    answerer: TextPolicy,
-    embed: EmbedFn,
-    k_per_speaker: int,
-    capacity: int = 256,
-    text_bytes: int = 256,
-    style: str = "compact",
-    distill: bool = True,
-    answer_sampling: SamplingConfig = GREEDY_SHORT,
-    key: jax.Array,
-) -> tuple[np.ndarray, list[list[ManagerOp]]]:
-    """Exact-match reward of each of G manager outputs for one state.
+def candidate_banks(
+    state: ManagerState, outputs: Sequence[str], env: RewardEnv
+) -> tuple[list[BankView], list[list[ManagerOp]]]:
+    """The bank each of G outputs writes (as views the answerer reads) and its parsed ops.
 
-    A malformed reply (``is_malformed``) scores 0 whatever the answers over its bank: the
-    environment cannot execute it, so the episode fails, as a format failure does in R1-style
-    outcome rewards. Without this rule an unreadable reply scores like a NOOP, and a manager that
-    cannot yet write correct memories learns to emit garbage, which never damages the bank (the
-    demo's first manager GRPO runs went from 6% to 100% unparseable replies in 15 steps).
-
-    Returns:
-      (rewards [G] = mean EM over the linked questions, or 0 for a malformed reply; the parsed
-      ops of each output).
+    Raises:
+      memr1.memory.BankOverflowError: a candidate filled a bank whose overflow policy is
+        "raise", as evaluation would (raise `memory.capacity` or choose an evicting policy).
     """
-    bank, id_of = base_bank(state, capacity, text_bytes, embed)
-    shown = [id_of[i] for i in state.retrieved if i in id_of]
-    id_map = dict(enumerate(shown))
+    bank, id_of = base_bank(state, env.bank, env.embed)
+    id_map = dict(enumerate(id_of[i] for i in state.retrieved if i in id_of))
     groups, parsed = [], []
     for text in outputs:
-        ops, ops_parsed = candidate_ops(state, text, id_map, bank, embed)
+        ops, ops_parsed = candidate_ops(state, text, id_map, bank, env.embed)
         groups.append(ops)
         parsed.append(ops_parsed)
     banks = _apply_candidates(bank, _pad_ops(groups, bank))
-    if not state.qa:
-        return np.zeros(len(outputs), np.float32), parsed
-    questions = [q for q, _ in state.qa]
-    q_emb = jnp.asarray(embed(questions))
-    host = {
-        "ids": np.asarray(banks.ids_M),
-        "text": np.asarray(banks.text_MC),
-        "length": np.asarray(banks.length_M),
-        "updated": np.asarray(banks.updated_M),
+    mem.raise_if_overflowed(banks)
+    host = host_arrays(banks)
+    views = [
+        BankView.index(state.speakers, {k: v[g] for k, v in host.items()}, env.bank.retriever)
+        for g in range(len(outputs))
+    ]
+    return views, parsed
+
+
+def manager_rewards(
+    states: Sequence[ManagerState],
+    outputs: Sequence[Sequence[str]],
+    env: RewardEnv,
+    *,
+    key: jax.Array,
+) -> Rewards:
+    """Exact-match rewards of G manager outputs for each of B states.
+
+    The reward of output g of state b is the mean EM of the frozen answerer over the questions
+    linked to b, each answered over the bank output g writes (0 when b has no linked question).
+    A malformed reply (``is_malformed``) scores 0 whatever the answers over its bank: the
+    environment cannot execute it, so the episode fails, as a format failure does in R1-style
+    outcome rewards. Without this rule an unreadable reply scores like a NOOP, and a manager that
+    cannot yet write correct memories learns to emit garbage, which never damages the bank.
+
+    Stats: `malformed_frac` (share of the B·G replies that are malformed), `answerer_cut_frac`
+    (share of the answerer's replies cut by its token budget before **Answer:**, which score 0
+    whatever the bank) and `answerer_no_marker_frac`.
+    """
+    sizes = {len(group) for group in outputs}
+    if len(states) != len(outputs) or len(sizes) > 1:
+        raise ValueError(
+            f"{len(states)} states need as many groups of G outputs; got group sizes "
+            f"{[len(group) for group in outputs]}"
+        )
+    g_size = sizes.pop() if sizes else 0
+    questions, golds, banks, where = [], [], [], []
+    parsed_all = []
+    for b, (state, group) in enumerate(zip(states, outputs)):
+        views, parsed = candidate_banks(state, group, env)
+        parsed_all.append(parsed)
+        for g, view in enumerate(views):
+            for question, gold in state.qa:
+                questions.append(question)
+                golds.append(gold)
+                banks.append(view)
+                where.append((b, g))
+    sums = np.zeros((len(states), g_size), np.float64)
+    counts = np.zeros((len(states), g_size), np.float64)
+    _, replies = answer_over_banks(
+        questions, banks, embed=env.embed, answerer=env.answerer, cfg=env.answer, key=key
+    )
+    for (b, g), reply, gold in zip(where, replies, golds):
+        sums[b, g] += exact_match(reply.answer, gold)
+        counts[b, g] += 1
+    rewards = np.where(counts > 0, sums / np.maximum(counts, 1), 0.0)
+    malformed = np.array(
+        [[is_malformed(ops) for ops in parsed] for parsed in parsed_all], bool
+    ).reshape(len(states), g_size)
+    rewards = np.where(malformed, 0.0, rewards).astype(np.float32)
+    n_replies = max(len(replies), 1)
+    stats = {
+        "malformed_frac": float(malformed.mean()) if malformed.size else 0.0,
+        "answerer_cut_frac": sum(r.cut for r in replies) / n_replies,
+        "answerer_no_marker_frac": sum(r.used_fallback for r in replies) / n_replies,
     }
-    k = min(k_per_speaker, capacity)
-    per_owner = []
-    for owner in range(len(state.speakers)):
-        scores, slots = _search_banks(banks.emb_ME, banks.valid_M, banks.owner_M, q_emb, owner, k=k)
-        per_owner.append((np.asarray(scores), np.asarray(slots)))
-    chats = []
-    for g in range(len(outputs)):
-        for qi, question in enumerate(questions):
-            memories = {}
-            for owner, name in enumerate(state.speakers):
-                scores, slots = per_owner[owner]
-                hits = [
-                    Hit(
-                        memory_id=int(host["ids"][g, s]),
-                        text=mem.decode_text(host["text"][g, s], host["length"][g, s]),
-                        owner=owner,
-                        updated=int(host["updated"][g, s]),
-                        score=float(sc),
-                    )
-                    for s, sc in zip(slots[g, qi], scores[g, qi])
-                    if np.isfinite(sc)
-                ]
-                memories[name] = [(h.when, h.text) for h in hits]
-            chats.append(render_answer_input(question, memories, distill=distill, style=style))
-    answers = answerer.complete(chats, answer_sampling, key=key)
-    em = np.array(
-        [
-            exact_match(extract_final_answer(a[0].text)[0], gold)
-            for a, (_, gold) in zip(answers, [qa for _ in outputs for qa in state.qa])
-        ],
-        np.float32,
-    ).reshape(len(outputs), len(questions))
-    malformed = np.array([is_malformed(ops) for ops in parsed])
-    return np.where(malformed, 0.0, em.mean(axis=1)).astype(np.float32), parsed
+    return Rewards(rewards, parsed_all, stats)

@@ -95,6 +95,34 @@ def check_finite(step: int, metrics: Mapping[str, float], *, on_nonfinite: str =
     return True
 
 
+# Shares of a step's replies above which its rewards say little: the reward of a manager
+# reply the frozen answerer could not finish reading, or that could not be parsed at all, is 0
+# whatever the bank. The trainer warns on every logged step above these limits.
+SHARE_LIMITS = {"answerer_cut_frac": 0.05, "malformed_frac": 0.05}
+
+
+def warn_shares(step: int, metrics: Mapping[str, float], warn=None) -> list[str]:
+    """Warns (absl logging.warning unless `warn` is given) for each share above its limit;
+    returns the messages."""
+    from absl import logging
+
+    messages = [
+        f"step {step}: {key}={metrics[key]:.1%} is above {limit:.0%}: the rewards of those "
+        f"replies are 0 whatever the policy did ({_SHARE_HINTS[key]})"
+        for key, limit in SHARE_LIMITS.items()
+        if key in metrics and metrics[key] > limit
+    ]
+    for message in messages:
+        (warn or logging.warning)(message)
+    return messages
+
+
+_SHARE_HINTS = {
+    "answerer_cut_frac": "raise agents.answer_max_new_tokens",
+    "malformed_frac": "check the manager's reply format, or raise train.max_new_tokens",
+}
+
+
 class MetricsWriter:
     """Writes scalars to TensorBoard event files and one JSON line per step to metrics.jsonl.
 

@@ -3,8 +3,9 @@
 Answer stage: state = (question, retrieved memories of both speakers); reward = exact match of
 the text after the last **Answer:** with the gold answer. Manager stage: state = (bank before
 turn t, facts of turn t, QA linked to t); reward = exact match of a FROZEN Answer Agent over the
-bank each sampled output produces (memr1.train.manager_reward). Both return the completions
-grouped per state with rewards [B, G] and rollout statistics, ready for `pack_rollout`.
+bank each sampled output produces, answered as evaluation answers (memr1.train.manager_reward).
+Both return the completions grouped per state with rewards [B, G] and rollout statistics, ready
+for `pack_rollout`.
 """
 
 from __future__ import annotations
@@ -21,9 +22,8 @@ import numpy as np
 from memr1.agents.answer_io import extract_final_answer, render_answer_input
 from memr1.agents.manager_io import render_manager_input
 from memr1.eval.metrics import exact_match
-from memr1.pipeline.memory_store import EmbedFn
 from memr1.pipeline.policy import Completion, SamplingConfig, TextPolicy
-from memr1.train.manager_reward import ManagerState, manager_rewards
+from memr1.train.manager_reward import ManagerState, RewardEnv, manager_rewards
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,46 +96,31 @@ def manager_rollout(
     sampling: SamplingConfig,
     key: jax.Array,
     style: str,
-    answerer: TextPolicy,
-    embed: EmbedFn,
-    k_per_speaker: int,
-    capacity: int,
-    text_bytes: int,
-    distill: bool = True,
+    env: RewardEnv,
 ) -> tuple[list[list[Completion]], np.ndarray, dict[str, float]]:
-    """G sampled manager outputs per state, rewarded through the frozen answerer."""
+    """G sampled manager outputs per state, rewarded through the frozen answerer of `env`."""
     chats = [manager_messages(s, style=style) for s in states]
     sample_key, answer_key = jax.random.split(key)
     start = time.perf_counter()
     groups = policy.complete(chats, sampling, key=sample_key, num_samples=group_size, params=params)
     sampled = time.perf_counter()
-    rewards = np.zeros((len(states), group_size), np.float32)
+    scored = manager_rewards(states, [[c.text for c in g] for g in groups], env, key=answer_key)
     kinds: collections.Counter = collections.Counter()
-    for b, (state, group) in enumerate(zip(states, groups)):
-        rewards[b], parsed = manager_rewards(
-            state,
-            [c.text for c in group],
-            answerer=answerer,
-            embed=embed,
-            k_per_speaker=k_per_speaker,
-            capacity=capacity,
-            text_bytes=text_bytes,
-            style=style,
-            distill=distill,
-            key=jax.random.fold_in(answer_key, b),
-        )
+    for parsed in scored.parsed:
         for ops in parsed:
             for op in ops:
                 kinds[op.kind if op.invalid is None else "invalid"] += 1
     total = max(sum(kinds.values()), 1)
     stats = {
-        "reward": float(rewards.mean()),
+        "reward": float(scored.rewards.mean()),
         "response_length": float(np.mean([len(c.ids) for g in groups for c in g])),
+        "truncated_frac": float(np.mean([not c.finished for g in groups for c in g])),
+        **scored.stats,
         **{f"op_{k.lower()}_frac": v / total for k, v in sorted(kinds.items())},
         "time_sample_s": sampled - start,
         "time_reward_s": time.perf_counter() - sampled,
     }
-    return groups, rewards, stats
+    return groups, scored.rewards, stats
 
 
 def answer_state_from_tuple(t: Any) -> AnswerState:

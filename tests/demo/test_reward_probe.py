@@ -12,6 +12,9 @@ from memr1.agents.manager_io import ADD, DELETE, UPDATE, parse_manager_output, r
 from memr1.data.tuples.schema import LinkedQA, ManagerTuple, MemoryRecord
 from memr1.demo.answer_teacher import RuleReader
 from memr1.demo.reward_probe import BEHAVIOURS, behaviour_replies, gold_group, probe_rewards
+from memr1.pipeline.answer import AnswerConfig
+from memr1.pipeline.memory_store import BankSpec
+from memr1.train.manager_reward import RewardEnv
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,15 +103,13 @@ def test_through_a_careful_reader_only_the_merge_answers_the_list_question():
         qa=(question,),
         builder="test",
     )
-    got = probe_rewards(
-        [state],
-        {("s", "D2:1"): {"op": "UPDATE", "delete_add_ok": False}},
+    env = RewardEnv(
         answerer=RuleReader(),
         embed=_words,
-        k_per_speaker=2,
-        capacity=8,
-        text_bytes=64,
+        answer=AnswerConfig(k_per_speaker=2, style="compact"),
+        bank=BankSpec(capacity=8, text_bytes=64, retriever="exact_numpy"),
     )
+    got = probe_rewards([state], {("s", "D2:1"): {"op": "UPDATE", "delete_add_ok": False}}, env)
     # Merged: "Andrew has two dogs: Toby and Buddy." Split or lost, the newest dog memory names
     # Buddy alone; with no write, Toby alone.
     assert got == {
@@ -125,6 +126,4 @@ def test_through_a_careful_reader_only_the_merge_answers_the_list_question():
 def test_a_state_without_a_gold_label_is_named():
     turn = _Turn(("Andrew lives in Boston.",), (), sample_id="conv-9", dia_id="D3:4")
     with pytest.raises(KeyError, match="conv-9 D3:4"):
-        probe_rewards(
-            [turn], {}, answerer=None, embed=None, k_per_speaker=2, capacity=8, text_bytes=64
-        )
+        probe_rewards([turn], {}, None)

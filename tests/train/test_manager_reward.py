@@ -7,8 +7,12 @@ from types import SimpleNamespace
 
 import jax
 import numpy as np
+import pytest
 
 from memr1 import memory as mem
+from memr1.pipeline.answer import AnswerConfig
+from memr1.pipeline.memory_store import BankSpec
+from memr1.pipeline.policy import SamplingConfig
 from memr1.train import manager_reward as mr
 
 DIM = 64
@@ -23,13 +27,21 @@ def bag_of_words(texts):
     return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-6)
 
 
+def reply(text, finished=True):
+    return SimpleNamespace(text=text, ids=np.zeros(3, np.int32), finished=finished)
+
+
 class RuleAnswerer:
     """Answers 'names of X's dogs' from the rendered memories: the names in the dog memory."""
 
+    batch_size = 3  # smaller than the items of a call: answering must batch them
+
     def __init__(self):
         self.prompts = []
+        self.samplings = []
 
     def complete(self, chats, sampling, key):
+        self.samplings.append(sampling)
         outs = []
         for chat in chats:
             user = chat[-1]["content"]
@@ -39,7 +51,7 @@ class RuleAnswerer:
                 if "dog" in line:
                     names += re.findall(r"named ((?:[A-Z]\w+)(?: and [A-Z]\w+)*)", line)
             answer = names[-1] if names else "unknown"
-            outs.append([SimpleNamespace(text=f"- memory\n**Answer:** {answer}")])
+            outs.append([reply(f"- memory\n**Answer:** {answer}")])
         return outs
 
 
@@ -73,17 +85,21 @@ OUTPUTS = [
 ]
 
 
-def _rewards(state, outputs, answerer):
-    return mr.manager_rewards(
-        state,
-        outputs,
+SAMPLING = SamplingConfig(temperature=0.0, max_new_tokens=77)
+
+
+def env(answerer, retriever="exact_numpy", overflow="evict_oldest", capacity=16):
+    return mr.RewardEnv(
         answerer=answerer,
         embed=bag_of_words,
-        k_per_speaker=5,
-        capacity=16,
-        text_bytes=96,
-        key=jax.random.key(0),
+        answer=AnswerConfig(k_per_speaker=5, distill=True, style="compact", sampling=SAMPLING),
+        bank=BankSpec(capacity=capacity, text_bytes=96, overflow=overflow, retriever=retriever),
     )
+
+
+def _rewards(state, outputs, answerer, **kw):
+    got = mr.manager_rewards([state], [outputs], env(answerer, **kw), key=jax.random.key(0))
+    return got.rewards[0], got.parsed[0]
 
 
 def test_rewards_follow_the_bank_each_candidate_builds():
@@ -110,7 +126,7 @@ def test_a_malformed_reply_scores_zero_where_doing_nothing_scores_the_bank():
 
 
 def test_vmapped_candidates_equal_a_python_loop():
-    bank, id_of = mr.base_bank(STATE, 16, 96, bag_of_words)
+    bank, id_of = mr.base_bank(STATE, BankSpec(capacity=16, text_bytes=96), bag_of_words)
     id_map = dict(enumerate(id_of[i] for i in STATE.retrieved))
     groups = [mr.candidate_ops(STATE, t, id_map, bank, bag_of_words)[0] for t in OUTPUTS]
     batched = mr._apply_candidates(bank, mr._pad_ops(groups, bank))
@@ -126,3 +142,86 @@ def test_no_linked_questions_gives_zero_reward():
     state = mr.ManagerState(**{**STATE.__dict__, "qa": ()})
     rewards, _ = _rewards(state, OUTPUTS[:2], RuleAnswerer())
     np.testing.assert_array_equal(rewards, [0.0, 0.0])
+
+
+def test_the_frozen_answerer_answers_with_the_configured_sampling_and_retriever():
+    answerer = RuleAnswerer()
+    exact, _ = _rewards(STATE, OUTPUTS, answerer)
+    assert answerer.samplings and all(s is SAMPLING for s in answerer.samplings)
+    # ScaNN (brute force at this size) reads the candidate banks as the exact backend does.
+    scann_answerer = RuleAnswerer()
+    scann, _ = _rewards(STATE, OUTPUTS, scann_answerer, retriever="scann")
+    np.testing.assert_array_equal(exact, scann)
+    assert scann_answerer.prompts == answerer.prompts
+
+
+def test_states_of_a_step_are_answered_together_and_keep_their_order():
+    other = mr.ManagerState(**{**STATE.__dict__, "qa": (("Names of Andrew's dogs?", "Toby"),)})
+    answerer = RuleAnswerer()
+    got = mr.manager_rewards(
+        [STATE, other], [OUTPUTS[:2], OUTPUTS[:2]], env(answerer), key=jax.random.key(0)
+    )
+    np.testing.assert_array_equal(got.rewards, [[1.0, 0.0], [0.0, 0.0]])
+    # 2 states x 2 candidates x 1 question, answered in batches of 3: two calls.
+    assert len(answerer.samplings) == 2
+    with pytest.raises(ValueError, match="group sizes"):
+        mr.manager_rewards([STATE, other], [OUTPUTS[:2], OUTPUTS[:3]], env(answerer), key=None)
+
+
+class CutAnswerer(RuleAnswerer):
+    """Writes memory lines until the budget runs out, never reaching **Answer:**."""
+
+    def complete(self, chats, sampling, key):
+        self.samplings.append(sampling)
+        return [[reply("- Andrew has a dog named Toby\n- Andrew", finished=False)] for _ in chats]
+
+
+def test_replies_cut_before_the_answer_and_malformed_replies_are_counted():
+    got = mr.manager_rewards([STATE], [OUTPUTS], env(CutAnswerer()), key=jax.random.key(0))
+    np.testing.assert_array_equal(got.rewards, [[0.0, 0.0, 0.0, 0.0]])
+    assert got.stats["answerer_cut_frac"] == 1.0
+    assert got.stats["answerer_no_marker_frac"] == 1.0
+    assert got.stats["malformed_frac"] == 0.25  # the "I think we should update things" reply
+    fine = mr.manager_rewards([STATE], [OUTPUTS[:2]], env(RuleAnswerer()), key=jax.random.key(0))
+    assert fine.stats == {
+        "malformed_frac": 0.0,
+        "answerer_cut_frac": 0.0,
+        "answerer_no_marker_frac": 0.0,
+    }
+
+
+def test_a_candidate_that_overflows_a_raising_bank_is_an_error():
+    adds = '{"memory": [{"id": "3", "text": "Andrew adopted a dog named Buddy", "event": "ADD"}]}'
+    with pytest.raises(mem.BankOverflowError):
+        _rewards(STATE, [adds], RuleAnswerer(), overflow="raise", capacity=3)
+
+
+def test_the_reward_equals_evaluations_score_of_the_same_bank():
+    """One Algorithm 3: answering over a candidate bank is answering over a live memory."""
+    from memr1.data.records import QA, Conversation
+    from memr1.pipeline.answer import answer_questions
+    from memr1.pipeline.memory_store import ConversationMemory
+
+    answerer = RuleAnswerer()
+    rewards, parsed = _rewards(STATE, OUTPUTS[:1], answerer)
+    spec = BankSpec(capacity=16, text_bytes=96, retriever="exact_numpy")
+    memory = ConversationMemory("c", STATE.speakers, spec, 64)
+    for m in sorted(STATE.bank, key=lambda m: m["id"]):
+        memory.add_texts(
+            [m["text"]], owner=m["owner"], timestamp=m["updated"], turn=1, embed=bag_of_words
+        )
+    ops = [op for op in parsed[0] if op.invalid is None]
+    memory.apply(ops, owner=0, timestamp=STATE.timestamp, turn=2, embed=bag_of_words)
+    qa = QA(question=STATE.qa[0][0], answer=STATE.qa[0][1], category=1)
+    conv = Conversation("c", *STATE.speakers, sessions=(), qa=(qa,), source="test")
+    evaluator = RuleAnswerer()
+    preds = answer_questions(
+        [(conv, 0, qa)],
+        {"c": memory},
+        embed=bag_of_words,
+        answerer=evaluator,
+        cfg=env(evaluator).answer,
+        key=jax.random.key(0),
+    )
+    assert preds[0].em == rewards[0] == 1.0
+    assert evaluator.prompts == answerer.prompts

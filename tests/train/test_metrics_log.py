@@ -51,3 +51,15 @@ def test_progress_bar_resumes_from_the_restored_step():
     assert list(bar) == [5, 6, 7]
     assert bar.n == 8
     assert "5/8" in out.getvalue() and "8/8" in out.getvalue()
+
+
+def test_shares_above_five_percent_warn_loudly():
+    said = []
+    ok = {"answerer_cut_frac": 0.05, "malformed_frac": 0.0, "loss": 1.0}
+    assert metrics_log.warn_shares(3, ok, warn=said.append) == [] and said == []
+    bad = {"answerer_cut_frac": 0.25, "malformed_frac": 0.0625}
+    messages = metrics_log.warn_shares(4, bad, warn=said.append)
+    assert said == messages and len(messages) == 2
+    assert "step 4: answerer_cut_frac=25.0%" in messages[0]
+    assert "agents.answer_max_new_tokens" in messages[0]
+    assert "malformed_frac=6.2%" in messages[1]
