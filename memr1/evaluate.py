@@ -26,6 +26,11 @@ from tqdm import tqdm
 from memr1.data.errors import DataError
 from memr1.eval.judge import LocomoJudge
 from memr1.eval.judge_backends import CallableBackend, OpenAICompatibleBackend
+from memr1.eval.longmemeval_judge import (
+    LongMemEvalItem,
+    LongMemEvalJudge,
+    summarize_longmemeval,
+)
 from memr1.models.hf_io import CheckpointError
 from memr1.pipeline import load, outputs, setup, systems
 from memr1.pipeline.policy import SamplingConfig
@@ -50,15 +55,16 @@ def _agent_params(backbone, path):
     return restore_params(path, backbone.params)
 
 
-def _judge_scores(config, run, backbone):
+def judge_backend(config, backbone):
+    """The LLM judge of `config.judge` (None for kind "none")."""
     kind = config.judge.kind
     if kind == "none":
         return None
     if kind == "openai":
-        backend = OpenAICompatibleBackend(
+        return OpenAICompatibleBackend(
             config.judge.base_url, config.judge.model, api_key_env=config.judge.api_key_env
         )
-    elif kind == "local":
+    if kind == "local":
         policy = load.make_policy(backbone, batch_size=config.agents.batch_size, name="judge")
 
         def complete(prompts):
@@ -66,15 +72,40 @@ def _judge_scores(config, run, backbone):
             done = policy.complete(chats, SamplingConfig(max_new_tokens=128), key=jax.random.key(0))
             return [samples[0].text for samples in done]
 
-        backend = CallableBackend(complete, name="local")
-    else:
-        raise ValueError(f"config judge.kind={kind!r} is not one of none, openai, local")
+        return CallableBackend(complete, name="local")
+    raise ValueError(f"config judge.kind={kind!r} is not one of none, openai, local")
+
+
+def judge_scores(dataset: str, run, backend) -> tuple[list[float], dict | None]:
+    """Per-prediction judge scores (1.0 correct), with the benchmark's own judge and summary.
+
+    LongMemEval is judged with its own prompts (per question type, abstention aware) and
+    summarised as its paper reports it; every other dataset with the LoCoMo judge.
+    """
     preds = run.predictions
-    result = LocomoJudge(backend).judge(
-        [p.question for p in preds], [p.gold for p in preds], [p.answer for p in preds]
-    )
-    logging.info("judge: %d unparseable labels", result.num_unparseable)
-    return list(map(float, result.scores))
+    if dataset != "longmemeval":
+        result = LocomoJudge(backend).judge(
+            [p.question for p in preds], [p.gold for p in preds], [p.answer for p in preds]
+        )
+        return list(map(float, result.scores)), None
+    qa_of = {(c.sample_id, i): qa for c in run.conversations for i, qa in enumerate(c.qa)}
+    items = []
+    for p in preds:
+        qa = qa_of[(p.sample_id, p.question_index)]
+        items.append(
+            LongMemEvalItem(
+                qa.question_id or p.sample_id, qa.question_type, p.question, p.gold, p.answer
+            )
+        )
+    verdicts = LongMemEvalJudge(backend).judge(items)
+    summary = summarize_longmemeval(items, verdicts)
+    if summary["unparseable"]:
+        logging.warning(
+            "LongMemEval judge: %d of %d replies unparseable (scored as wrong)",
+            summary["unparseable"],
+            len(verdicts),
+        )
+    return [float(v.correct) for v in verdicts], summary
 
 
 def evaluate(config, *, hf_dir, manager_ckpt, answer_ckpt, embed_dir, workdir, overwrite):
@@ -134,7 +165,12 @@ def evaluate(config, *, hf_dir, manager_ckpt, answer_ckpt, embed_dir, workdir, o
         "answer_checkpoint": answer_ckpt if trained else None,
         "config": config.to_dict(),
     }
-    scores = _judge_scores(config, run, backbone)
+    scores = None
+    backend = judge_backend(config, backbone)
+    if backend is not None:
+        scores, summary = judge_scores(config.data.kind, run, backend)
+        if summary is not None:
+            meta["longmemeval_judge"] = summary
     return outputs.write_run(
         workdir, run, meta, judge_scores=scores, gold_ops=gold_ops, overwrite=overwrite
     )

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memr1.data.categories import LABELLINGS, category_name
+from memr1.data.records import NO_CATEGORY
 
 DEFAULT_METRICS = ("f1", "bleu1", "j", "em")
 DEFAULT_LABELLINGS = ("mem0", "locomo")
@@ -43,7 +44,8 @@ def _validated(records: Sequence[Mapping[str, Any]], metrics: Sequence[str]) -> 
     """Copies of the records with an int category and float-or-None metric values."""
     if not records:
         raise ValueError("aggregate_scores got no records to aggregate")
-    valid_categories = set(next(iter(LABELLINGS.values())))
+    # Benchmarks without LoCoMo's categories (LongMemEval, MSC) count in the overall row only.
+    valid_categories = set(next(iter(LABELLINGS.values()))) | {NO_CATEGORY}
     clean = []
     for i, record in enumerate(records):
         category = record.get("category")
@@ -110,7 +112,8 @@ def aggregate_scores(
     rows = _validated(records, metrics)
     by_number: dict[int, list[dict]] = {}
     for row in rows:
-        by_number.setdefault(row["category"], []).append(row)
+        if row["category"] != NO_CATEGORY:
+            by_number.setdefault(row["category"], []).append(row)
     per_category = {number: _summarise(group, metrics) for number, group in by_number.items()}
 
     by_category = {}

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from memr1 import memory as mem
+from memr1.data.records import NO_CATEGORY
 from memr1.eval import op_accuracy
 from memr1.eval.aggregate import aggregate_scores, format_markdown
 from memr1.eval.locomo_scorer import locomo_score
@@ -47,7 +48,10 @@ def score_records(run: RunOutput, judge_scores: list[float] | None) -> list[dict
                 "bleu1": p.bleu1,
                 "em": p.em,
                 "j": None if judge_scores is None else judge_scores[i],
-                "locomo": locomo_score(p.answer, p.gold, p.category),
+                # LoCoMo's per-category rule needs LoCoMo's categories.
+                "locomo": None
+                if p.category == NO_CATEGORY
+                else locomo_score(p.answer, p.gold, p.category),
             }
         )
     return records

@@ -88,3 +88,17 @@ def test_bad_records_name_the_record():
         agg.aggregate_scores([{"category": 1, "f1": "high"}])
     with pytest.raises(ValueError, match="no records"):
         agg.aggregate_scores([])
+
+
+def test_questions_without_locomo_categories_count_in_the_overall_row_only():
+    from memr1.data.records import NO_CATEGORY
+
+    records = [
+        {"category": NO_CATEGORY, "em": 1.0},
+        {"category": NO_CATEGORY, "em": 0.0},
+        {"category": 2, "em": 1.0},
+    ]
+    out = agg.aggregate_scores(records, metrics=("em",))
+    assert out["overall"]["count"] == 3 and out["overall"]["scores"]["em"] == pytest.approx(2 / 3)
+    for table in out["by_category"].values():
+        assert [row["category"] for row in table["rows"]] == [2]

@@ -164,3 +164,50 @@ def test_memory_r1_loads_each_agent_from_its_own_checkpoint(synth_dir, tmp_path)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         restore_params(tmp_path / "missing", backbone.params)
     assert not (tmp_path / "missing").exists()  # restoring never creates a directory
+
+
+def test_longmemeval_is_judged_with_its_own_prompts(synth_dir, tmp_path, monkeypatch):
+    from memr1.data.fixtures import write_longmemeval_fixture
+    from memr1.eval.judge_backends import CallableBackend
+    from memr1.eval.longmemeval_judge import build_longmemeval_prompt, is_abstention
+
+    path = write_longmemeval_fixture(tmp_path / "lme.json", num_instances=4)
+    config = _config(synth_dir, "locomo_rag")
+    config.data.kind = "longmemeval"
+    config.data.path = str(path)
+    config.data.split = "all"
+    config.data.gold_ops = None
+    config.data.max_questions = -1
+    prompts = []
+
+    def scripted(batch):
+        prompts.extend(batch)
+        return ["yes" if len(prompts) - len(batch) + i == 0 else "no" for i in range(len(batch))]
+
+    monkeypatch.setattr(evaluate, "judge_backend", lambda cfg, bb: CallableBackend(scripted))
+    results = evaluate.evaluate(
+        config,
+        hf_dir=None,
+        manager_ckpt=None,
+        answer_ckpt=None,
+        embed_dir=None,
+        workdir=str(tmp_path / "out"),
+        overwrite=False,
+    )
+    preds = [
+        json.loads(x) for x in (tmp_path / "out" / "predictions.jsonl").read_text().split("\n") if x
+    ]
+    assert len(prompts) == len(preds) == 4
+    qa = [q for c in evaluate.setup.load_conversations(config.data) for q in c.qa]
+    for prompt, p, q in zip(prompts, preds, qa):
+        abstain = is_abstention(q.question_id)
+        want = build_longmemeval_prompt(
+            q.question_type, p["question"], p["gold"], p["answer"], abstain
+        )
+        assert prompt == want
+    assert [p["j"] for p in preds] == [1.0, 0.0, 0.0, 0.0]
+    summary = results["longmemeval_judge"]
+    assert summary["count"] == 4 and summary["overall_accuracy"] == 0.25
+    assert (
+        json.loads((tmp_path / "out" / "results.json").read_text())["longmemeval_judge"] == summary
+    )
