@@ -163,6 +163,10 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
     paper's setting, it changes the loss normalisation. `oversample` (GRPO): each step rolls
     out `oversample` x `batch_size` states and updates on `batch_size` groups, those with a
     reward spread first (`memr1.train.batches.signal_first_groups`); 1 (the paper) = off.
+    `n_micro` splits each update into that many micro-batches (gradient accumulation);
+    `micro_rows` > 0 derives it at run time instead, from the mesh: micro-batches of
+    `micro_rows` rows on each data x fsdp shard, holding whole groups under `shared_prompt`
+    (`memr1.train.mesh.micro_batch_count`). Set one of the two, not both.
     """
     return ml_collections.ConfigDict(
         {
@@ -177,6 +181,7 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
             "kl_estimator": "k3",
             "ddof": 1,
             "n_micro": 1,
+            "micro_rows": 0,
             "shared_prompt": True,
             "drop_zero_signal": False,
             "oversample": 1,

@@ -5,7 +5,8 @@
 
 Keys of the arg string: backbone (a size in `memr1.models.config.SIZES`), algo (grpo | ppo |
 sft), stage (manager | answer), dataset (synthloco | locomo | longmemeval | msc), system
-(locomo_rag | mem0 | memory_r1 | memory_sft: what `memr1.evaluate` runs) and runlocal.
+(locomo_rag | mem0 | memory_r1 | memory_sft: what `memr1.evaluate` runs), recipe (default |
+paper: the paper's training settings, `paper_recipe`) and runlocal.
 The returned ConfigDict is locked: overriding a field that does not exist is an error.
 """
 
@@ -22,6 +23,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "stage": ("manager", "answer"),
     "dataset": ("synthloco", "locomo", "longmemeval", "msc"),
     "system": ("locomo_rag", "mem0", "memory_r1", "memory_sft"),
+    "recipe": ("default", "paper"),
 }
 DEFAULTS: dict[str, object] = {
     "backbone": "tiny",
@@ -29,6 +31,7 @@ DEFAULTS: dict[str, object] = {
     "stage": "manager",
     "dataset": "synthloco",
     "system": "memory_r1",
+    "recipe": "default",
     "runlocal": False,
 }
 # The backbones of the paper's main tables and its scaling study.
@@ -67,6 +70,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.agents.max_prompt_tokens = 1024
         config.memory.k_per_speaker = 5
         config.memory.fact_source = "observation"
+    if v["recipe"] == "paper":
+        paper_recipe(config)
     if runlocal:
         config.mesh = base.mesh_section(data=1, fsdp=1, tensor=1)
         # The Answer Agent's replies, in evaluation and as the manager stage's frozen reader.
@@ -83,6 +88,29 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         )
     config.lock()
     return config
+
+
+def paper_recipe(config: ml_collections.ConfigDict) -> None:
+    """Memory-R1's reported training settings (paper App. B; what it does not report, G and the
+    KL beta, keep the defaults of `base.train_section`).
+
+    Rollouts at temperature 1.0 of up to 2,048 new tokens after prompts of up to 4,096, 128
+    prompts per update at actor lr 1e-6 (critic 1e-5), every device on the FSDP axis, and each
+    block recomputed in the backward pass. `micro_rows` sets the micro-batch from the mesh at
+    run time (`memr1.train.mesh.micro_batch_count`): the paper ran 2 rows per GPU; 1 is the
+    setting `tools/memory_estimate.py` finds safe for 7B on 4 and 14B on 8 80-GB devices.
+    """
+    config.mesh.update(data=1, fsdp=-1, tensor=1)
+    config.model.remat = True
+    config.agents.max_prompt_tokens = 4096
+    config.train.update(
+        lr=1e-6,
+        critic_lr=1e-5,
+        batch_size=128,
+        temperature=1.0,
+        max_new_tokens=2048,
+        micro_rows=1,
+    )
 
 
 def sweep() -> list[str]:

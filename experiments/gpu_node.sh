@@ -19,11 +19,12 @@
 # Optional:
 #   MEMR1_BACKBONE    memr1 size name matching MEMR1_HF_DIR (default qwen2.5-7b)
 #   MEMR1_ALGO        grpo | ppo (default grpo)
-#   MEMR1_NUM_DEVICES devices of the job (default: visible GPUs, from nvidia-smi)
-#   MEMR1_MESH        data,fsdp,tensor (default 1,-1,1: every device on the FSDP axis)
-#   MEMR1_MICRO_ROWS  rows per device per micro-batch (default 1; the paper used 2)
-#   MEMR1_BATCH       prompts per update (default 128, the paper's); MEMR1_GROUP G (default 8)
-#   MEMR1_STEPS       updates per stage (default: the config's); MEMR1_MAX_RESPONSE (2048)
+# The training settings are configs/memr1.py's recipe=paper (see experiments/README.md); these
+# override it when set:
+#   MEMR1_MESH        data,fsdp,tensor (recipe: 1,-1,1, every device on the FSDP axis)
+#   MEMR1_MICRO_ROWS  rows per data x fsdp shard per micro-batch (recipe: 1; the paper used 2)
+#   MEMR1_BATCH       prompts per update (recipe: 128); MEMR1_GROUP G (default 8)
+#   MEMR1_STEPS       updates per stage; MEMR1_MAX_RESPONSE new tokens per rollout (2048)
 #   MEMR1_TUPLES      an existing tuples folder to use instead of building one
 #   MEMR1_TEACHER_HF_DIR  build manager banks with this local teacher model (default: the
 #                     dataset's own observations, no model)
@@ -58,15 +59,7 @@ need_path() {
 PY=${MEMR1_PYTHON:-$REPO/.venv/bin/python}
 BACKBONE=${MEMR1_BACKBONE:-qwen2.5-7b}
 ALGO=${MEMR1_ALGO:-grpo}
-BATCH=${MEMR1_BATCH:-128}
-GROUP=${MEMR1_GROUP:-8}
-MAX_RESPONSE=${MEMR1_MAX_RESPONSE:-2048}
-MESH=${MEMR1_MESH:-1,-1,1}
 DRY_RUN=${MEMR1_DRY_RUN:-0}
-# One 6k-token row per device and micro-batch: memr1 materialises the [T, T] attention scores,
-# and tools/memory_estimate.py shows two rows (the paper's micro-batch size) overflowing 80 GB
-# devices for 7B on 4 GPUs and 14B on 8. Raise it where the estimate says two rows fit.
-MICRO_ROWS=${MEMR1_MICRO_ROWS:-1}
 [[ $ALGO == grpo || $ALGO == ppo ]] || die "MEMR1_ALGO=$ALGO: expected grpo or ppo"
 
 if (($# == 0)); then set -- "${STAGES[@]}"; fi
@@ -96,50 +89,26 @@ run() {
   "$@" 2>&1 | tee -a "$log"
 }
 
-device_count() {
-  if [[ -n ${MEMR1_NUM_DEVICES:-} ]]; then
-    echo "$MEMR1_NUM_DEVICES"
-  elif [[ -n ${CUDA_VISIBLE_DEVICES:-} ]]; then
-    awk -F, '{print NF}' <<<"$CUDA_VISIBLE_DEVICES"
-  elif command -v nvidia-smi >/dev/null; then
-    nvidia-smi -L | grep -c '^GPU'
-  else
-    die "MEMR1_NUM_DEVICES is not set and nvidia-smi is not available to count the GPUs"
-  fi
-}
-
-# The config overrides of the paper's training recipe (see experiments/README.md).
+# The paper's training recipe (configs/memr1.py recipe=paper: lr, batch, temperature, budgets,
+# remat, and micro-batches sized from the mesh at run time), plus the MEMR1_* overrides that are
+# set. Python owns every number; this only passes the user's choices on.
 train_flags() {
-  local stage=$1 devices data fsdp tensor rows shards
-  devices=$(device_count)
-  IFS=, read -r data fsdp tensor <<<"$MESH"
-  if [[ $fsdp == -1 ]]; then fsdp=$((devices / (data * tensor))); fi
-  if [[ $data == -1 ]]; then data=$((devices / (fsdp * tensor))); fi
-  if [[ $tensor == -1 ]]; then tensor=$((devices / (data * fsdp))); fi
-  ((data * fsdp * tensor == devices)) ||
-    die "MEMR1_MESH=$MESH does not cover the $devices devices (data x fsdp x tensor must equal it)"
-  shards=$((data * fsdp))
-  rows=$((BATCH * GROUP))
-  # A micro-batch holds MICRO_ROWS rows per shard and, with train.shared_prompt (the default),
-  # whole groups of GROUP rows: the smallest size that is both.
-  local micro=$((MICRO_ROWS * shards)) a b
-  a=$micro b=$GROUP
-  while ((b)); do read -r a b <<<"$b $((a % b))"; done
-  micro=$((micro / a * GROUP))
-  ((rows % micro == 0)) ||
-    die "MEMR1_BATCH x MEMR1_GROUP = $rows rows do not split into micro-batches of" \
-      "$MICRO_ROWS rows on each of $shards data x fsdp shards holding whole groups of $GROUP"
+  local stage=$1 data fsdp tensor
   local flags=(
-    --config "$REPO/configs/memr1.py:backbone=$BACKBONE,algo=$ALGO,stage=$stage,dataset=locomo"
-    --config.mesh.data="$data" --config.mesh.fsdp="$fsdp" --config.mesh.tensor="$tensor"
-    --config.model.remat=True
-    --config.train.lr=1e-6 --config.train.critic_lr=1e-5
-    --config.train.batch_size="$BATCH" --config.train.group_size="$GROUP"
-    --config.train.n_micro=$((rows / micro))
-    --config.train.temperature=1.0 --config.train.max_new_tokens="$MAX_RESPONSE"
-    --config.agents.max_prompt_tokens=4096
+    --config "$REPO/configs/memr1.py:backbone=$BACKBONE,algo=$ALGO,stage=$stage,dataset=locomo,recipe=paper"
   )
+  if [[ -n ${MEMR1_MESH:-} ]]; then
+    IFS=, read -r data fsdp tensor <<<"$MEMR1_MESH"
+    [[ -n $tensor ]] || die "MEMR1_MESH=$MEMR1_MESH: expected data,fsdp,tensor (e.g. 1,-1,1)"
+    flags+=(--config.mesh.data="$data" --config.mesh.fsdp="$fsdp" --config.mesh.tensor="$tensor")
+  fi
+  if [[ -n ${MEMR1_MICRO_ROWS:-} ]]; then flags+=(--config.train.micro_rows="$MEMR1_MICRO_ROWS"); fi
+  if [[ -n ${MEMR1_BATCH:-} ]]; then flags+=(--config.train.batch_size="$MEMR1_BATCH"); fi
+  if [[ -n ${MEMR1_GROUP:-} ]]; then flags+=(--config.train.group_size="$MEMR1_GROUP"); fi
   if [[ -n ${MEMR1_STEPS:-} ]]; then flags+=(--config.train.steps="$MEMR1_STEPS"); fi
+  if [[ -n ${MEMR1_MAX_RESPONSE:-} ]]; then
+    flags+=(--config.train.max_new_tokens="$MEMR1_MAX_RESPONSE")
+  fi
   printf '%s\n' "${flags[@]}"
 }
 

@@ -3,7 +3,7 @@
 #
 #   gcloud compute tpus tpu-vm ssh "$TPU" --zone "$ZONE" --worker=all --command '
 #     cd ~/memr1 && MEMR1_RUN_DIR=/mnt/shared/qwen7b MEMR1_HF_DIR=/mnt/shared/Qwen2.5-7B-Instruct \
-#     MEMR1_LOCOMO=/mnt/shared/locomo10.json MEMR1_CHIPS_PER_HOST=4 \
+#     MEMR1_LOCOMO=/mnt/shared/locomo10.json \
 #     JAX_COORDINATOR_ADDRESS=10.0.0.2:8476 JAX_NUM_PROCESSES=4 JAX_PROCESS_ID=${HOSTNAME##*-w-} \
 #     experiments/tpu_pod.sh answer'
 #
@@ -23,9 +23,8 @@
 # host, port MEMR1_COORDINATOR_PORT, default 8476), so both paths end in the same explicit call.
 # On a plain TPU VM, worker i's hostname ends in "-w-<i>", hence ${HOSTNAME##*-w-} above.
 #
-# Also required: MEMR1_NUM_DEVICES (chips of the whole slice) or MEMR1_CHIPS_PER_HOST (4 on
-# v4 and v5p hosts), for the micro-batch arithmetic. Every other MEMR1_* variable is passed
-# through to gpu_node.sh unchanged.
+# Every MEMR1_* variable is passed through to gpu_node.sh unchanged; the mesh and micro-batch
+# sizes are computed in Python from the slice's devices (configs/memr1.py recipe=paper).
 set -euo pipefail
 shopt -s inherit_errexit
 
@@ -69,12 +68,6 @@ fi
   die "JAX_PROCESS_ID=$JAX_PROCESS_ID is not below JAX_NUM_PROCESSES=$JAX_NUM_PROCESSES"
 export JAX_COORDINATOR_ADDRESS JAX_NUM_PROCESSES JAX_PROCESS_ID
 
-if [[ -z ${MEMR1_NUM_DEVICES:-} ]]; then
-  [[ -n ${MEMR1_CHIPS_PER_HOST:-} ]] ||
-    die "set MEMR1_NUM_DEVICES (chips of the slice) or MEMR1_CHIPS_PER_HOST (chips per host)"
-  MEMR1_NUM_DEVICES=$((JAX_NUM_PROCESSES * MEMR1_CHIPS_PER_HOST))
-fi
-export MEMR1_NUM_DEVICES
 # One log per host: the processes write at the same time.
 export MEMR1_LOG_SUFFIX=-host$JAX_PROCESS_ID
 

@@ -73,3 +73,30 @@ def test_sweep_args_are_valid(memr1_config):
     assert len(args) == len(set(args)) == 2 * len(memr1_config.SWEEP_BACKBONES)
     for arg in args:
         assert memr1_config.get_config(arg).model.size != "tiny"
+
+
+def test_the_paper_recipe_and_its_micro_batches(memr1_config):
+    from memr1.train.__main__ import resolve_micro_batches
+
+    config = memr1_config.get_config("backbone=qwen2.5-7b,stage=answer,recipe=paper")
+    t = config.train
+    assert (t.lr, t.critic_lr, t.batch_size, t.temperature, t.max_new_tokens) == (
+        1e-6,
+        1e-5,
+        128,
+        1.0,
+        2048,
+    )
+    assert config.model.remat and config.agents.max_prompt_tokens == 4096
+    # One device here: micro-batches of one whole group of G = 8 rows.
+    resolve_micro_batches(config)
+    assert t.n_micro == 128 * 8 // 8
+    config = memr1_config.get_config("recipe=paper")
+    config.train.n_micro = 4
+    with pytest.raises(ValueError, match="set one of them"):
+        resolve_micro_batches(config)
+    config = memr1_config.get_config("recipe=paper")
+    config.train.batch_size = 3
+    config.train.shared_prompt = False
+    resolve_micro_batches(config)
+    assert config.train.n_micro == 24

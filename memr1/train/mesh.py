@@ -119,6 +119,28 @@ def batch_divisor(mesh: Mesh) -> int:
     return mesh.shape["data"] * mesh.shape["fsdp"]
 
 
+def micro_batch_count(rows: int, *, group: int, micro_rows: int, shards: int) -> int:
+    """How many micro-batches split `rows` rows into `micro_rows` rows per data x fsdp shard.
+
+    A micro-batch must spread evenly over the `shards` and, for the shared-prompt GRPO update,
+    hold whole groups of `group` rows (pass 1 otherwise): its size is the least common multiple
+    of `micro_rows * shards` and `group`.
+
+    Raises:
+      ValueError: naming the numbers, when the rows do not split into such micro-batches.
+    """
+    for name, value in (("rows", rows), ("group", group), ("micro_rows", micro_rows)):
+        if isinstance(value, bool) or int(value) != value or value < 1:
+            raise ValueError(f"{name}={value!r}: must be an integer >= 1")
+    size = math.lcm(micro_rows * shards, group)
+    if rows % size:
+        raise ValueError(
+            f"{rows} rows do not split into micro-batches of {micro_rows} rows on each of "
+            f"{shards} data x fsdp shards holding whole groups of {group} ({size} rows each)"
+        )
+    return rows // size
+
+
 # ----------------------------------------------------------------------------------------------
 # Multi-host start-up.
 # ----------------------------------------------------------------------------------------------

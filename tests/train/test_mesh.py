@@ -81,3 +81,24 @@ def test_explicit_launch_without_a_process_id_is_an_error():
     env = {"JAX_COORDINATOR_ADDRESS": "h0:1234", "JAX_NUM_PROCESSES": "2"}
     with pytest.raises(ValueError, match="JAX_PROCESS_ID is not"):
         mesh.maybe_initialize_distributed(env, initialize=_FakeInit())
+
+
+@pytest.mark.parametrize(
+    "shards, micro_rows, n_micro",
+    [(8, 1, 128), (16, 1, 64), (4, 1, 128), (2, 2, 128), (8, 2, 64), (12, 1, 1032 // 24)],
+)
+def test_micro_batches_hold_whole_groups(shards, micro_rows, n_micro):
+    # The paper's 128 prompts x G 8 = 1,024 rows; a micro-batch is lcm(micro rows x shards, 8).
+    rows = 128 * 8 if shards != 12 else 1032
+    got = mesh.micro_batch_count(rows, group=8, micro_rows=micro_rows, shards=shards)
+    assert got == n_micro
+    # Whole groups, evenly over the shards.
+    size = rows // got
+    assert size % 8 == 0 and size % (micro_rows * shards) == 0
+
+
+def test_a_batch_that_cannot_hold_whole_groups_is_refused():
+    with pytest.raises(ValueError, match="whole groups of 8 .24 rows each"):
+        mesh.micro_batch_count(1000, group=8, micro_rows=1, shards=3)
+    with pytest.raises(ValueError, match="micro_rows=0"):
+        mesh.micro_batch_count(1024, group=8, micro_rows=0, shards=8)
