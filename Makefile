@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 LINT_PATHS := $(wildcard memr1 configs experiments tests tools)
 SEEDS ?= 1
 
-.PHONY: install test lint format demo clean
+.PHONY: install test test-fast lint format demo clean
 
 install: $(STAMP)
 
@@ -31,6 +31,10 @@ format: install
 
 test: lint
 	JAX_PLATFORMS=cpu $(VENV)/bin/pytest -n 2 --dist loadfile -q $(PYTEST_ARGS)
+
+# The suite without the end-to-end tests marked slow: the loop while changing code.
+test-fast: lint
+	JAX_PLATFORMS=cpu $(VENV)/bin/pytest -n 2 --dist loadfile -q -m "not slow" $(PYTEST_ARGS)
 
 # The learning demo (memr1/demo): SEEDS=3 runs three seeds and prints the EM gain as mean ± std.
 demo: install
