@@ -3,6 +3,7 @@
   python tools/bench_generate.py [--batches 8,32] [--prompt-len 64] [--new-tokens 128]
                                  [--json OUT]
   python tools/bench_generate.py --gpu [--json OUT]     # Qwen2.5-3B shape, bf16, on a GPU
+  python tools/bench_generate.py --gpu --samples 1 --hf-repeats 1 --no-split   # tools/gpu_check.sh
 
 Both sides run the same random weights (ours are copied into an HF model through the checkpoint
 layout table of `memr1.models.hf_io`) and sample at temperature 1 without filters, for exactly
@@ -12,7 +13,10 @@ and compile time (first call minus steady state; for HF, its first-call warm-up)
 show the two ways of drawing G samples per prompt: prefilling B/G prompts once and tiling the
 cache (what the sampler does), against repeating the prompts before prefill. `--gpu` uses
 the Qwen2.5-3B shape with bf16 weights at batch 64, prompt 512, 128 new tokens, and reports peak
-device memory. Recorded results live in docs/benchmarks.md.
+device memory, and stops with a named reason when JAX or PyTorch sees no GPU. `--no-split`
+skips the 1-token calls (one compile per engine, no per-step or prefill figures) and
+`--hf-repeats` caps HF's timed calls (at batch 64 one HF call takes about 13 s on an H200).
+Recorded results live in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -44,6 +48,12 @@ def parse_args(argv):
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--repeats", type=int, default=3, help="timed calls after the first")
+    p.add_argument("--hf-repeats", type=int, default=None, help="HF's timed calls (--repeats)")
+    p.add_argument(
+        "--no-split",
+        action="store_true",
+        help="time only the N-token call: one compile, no ms/step or prefill figures",
+    )
     p.add_argument("--no-hf", action="store_true", help="skip the transformers baseline")
     p.add_argument(
         "--torch-threads",
@@ -61,6 +71,9 @@ def parse_args(argv):
     args.prompt_len = args.prompt_len or defaults.get("prompt_len", 64)
     args.new_tokens = args.new_tokens or defaults.get("new_tokens", 128)
     args.torch_threads = [int(t) for t in args.torch_threads.split(",")]
+    args.hf_repeats = args.repeats if args.hf_repeats is None else args.hf_repeats
+    if min(args.repeats, args.hf_repeats) < 1:
+        p.error("--repeats and --hf-repeats must be at least 1")
     if args.new_tokens < 2:
         p.error("--new-tokens must be at least 2 to time decode steps")
     return args
@@ -80,15 +93,22 @@ def timed(fn, repeats: int) -> tuple[float, float]:
 
 
 def summarise(name, batch, new, full, one, extra=None) -> dict:
-    """One table row from (first, steady) timings of an N-token and a 1-token call."""
-    step_s = (full[1] - one[1]) / (new - 1)
+    """One table row from (first, steady) timings of an N-token and a 1-token call.
+
+    `one` is None when the 1-token call was skipped (`--no-split`): the per-step and prefill
+    figures are then None.
+    """
+    step_s = None if one is None else (full[1] - one[1]) / (new - 1)
+    decode = None
+    if step_s is not None:
+        decode = batch / step_s if step_s > 0 else float("nan")
     row = {
         "engine": name,
         "batch": batch,
         "new_tok_per_s": batch * new / full[1],
-        "decode_tok_per_s": batch / step_s if step_s > 0 else float("nan"),
-        "ms_per_step": 1e3 * step_s,
-        "prefill_ms": 1e3 * one[1],
+        "decode_tok_per_s": decode,
+        "ms_per_step": None if step_s is None else 1e3 * step_s,
+        "prefill_ms": None if one is None else 1e3 * one[1],
         "call_s": full[1],
         "compile_s": full[0] - full[1],
     }
@@ -99,6 +119,20 @@ def summarise(name, batch, new, full, one, extra=None) -> dict:
 # ----------------------------------------------------------------------------------------------
 # memr1 side.
 # ----------------------------------------------------------------------------------------------
+
+
+def require_gpu(need_torch: bool) -> None:
+    """`--gpu`: stops with a named reason unless JAX (and PyTorch, for the peer) sees a GPU."""
+    import jax
+
+    platform = jax.devices()[0].platform
+    if platform != "gpu":
+        raise SystemExit(f"--gpu: JAX runs on {platform}, not on a GPU")
+    if need_torch:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit("--gpu: PyTorch sees no CUDA device (the peer needs one)")
 
 
 def device_peak_bytes() -> int | None:
@@ -126,7 +160,7 @@ def bench_ours(sampler, params, prompts, args, *, samples=1, label="memr1") -> d
         return out
 
     full = timed(lambda: jax.block_until_ready(call(args.new_tokens)), args.repeats)
-    one = timed(lambda: jax.block_until_ready(call(1)), args.repeats)
+    one = None if args.no_split else timed(lambda: jax.block_until_ready(call(1)), args.repeats)
     extra = {"prompts": len(prompts), "samples": samples, "peak_device_bytes": device_peak_bytes()}
     return summarise(label, len(prompts) * samples, args.new_tokens, full, one, extra)
 
@@ -220,8 +254,8 @@ def bench_hf(model, prompts, args, threads: int | None) -> dict:
 
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    full = timed(lambda: call(args.new_tokens), args.repeats)
-    one = timed(lambda: call(1), args.repeats)
+    full = timed(lambda: call(args.new_tokens), args.hf_repeats)
+    one = None if args.no_split else timed(lambda: call(1), args.hf_repeats)
     peak = torch.cuda.max_memory_allocated() if cuda else None
     extra = {"prompts": len(prompts), "samples": 1, "peak_device_bytes": peak}
     return summarise(label, len(prompts), args.new_tokens, full, one, extra)
@@ -243,7 +277,7 @@ def print_table(report: dict) -> None:
             v = row.get(c)
             if isinstance(v, float):
                 cells.append(f"{v:16.1f}" if abs(v) >= 10 else f"{v:16.3f}")
-            elif c == "peak_device_bytes":
+            elif c == "peak_device_bytes" or v is None:
                 cells.append(f"{v / 2**30:13.2f}GiB" if v else f"{'n/a':>16}")
             else:
                 cells.append(f"{v!s:>20}" if c == "engine" else f"{v!s:>16}")
@@ -263,6 +297,8 @@ def main(argv=None) -> int:
     from memr1.models.config import get_size
     from memr1.sampling import Sampler
 
+    if args.gpu:
+        require_gpu(need_torch=not args.no_hf)
     cfg = get_size(args.size, param_dtype=args.dtype, dtype=args.dtype)
     # Initialised under jit, directly on the device (a 3B model eagerly op by op is slow).
     graphdef, _ = transformer.abstract_model(cfg)
@@ -282,10 +318,7 @@ def main(argv=None) -> int:
     }
     hf_model = None
     if not args.no_hf:
-        import torch
-
-        device = "cuda" if args.gpu and torch.cuda.is_available() else "cpu"
-        hf_model = hf_twin(cfg, params, device)
+        hf_model = hf_twin(cfg, params, "cuda" if args.gpu else "cpu")
     for batch in args.batches:
         prompts = rng.integers(1, cfg.vocab_size, size=(batch, args.prompt_len), dtype=np.int32)
         ours = bench_ours(sampler, params, prompts, args)

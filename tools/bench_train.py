@@ -20,13 +20,13 @@ weights, bfloat16 compute (torch: autocast), a bfloat16 reference, remat / gradi
 and batch 8 x 1024, and reports peak device memory of each side; the two sides run one after
 the other there (they would not fit on the device together). On a CPU the steps of the two sides
 alternate and both are pinned to one thread (`--cpu-threads`), so the load of a shared machine
-falls on both alike. Results: docs/benchmarks.md.
+falls on both alike. The two steps live in tools/bench_train_engines.py; tools/gpu_check.sh
+runs `--gpu --warmup 2 --steps 4` next to the rollout bench. Results: docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import importlib.util
 import json
@@ -109,10 +109,11 @@ def parse_args(argv):
     return args
 
 
-def _bench_generate():
-    """tools/bench_generate.py as a module: its HF twin builder is reused, not copied."""
-    path = Path(__file__).with_name("bench_generate.py")
-    spec = importlib.util.spec_from_file_location("bench_generate", path)
+def _tool(name: str):
+    """tools/<name>.py as a module (tools/ is not a package): bench_generate lends its HF twin
+    builder, GPU check and peak-memory reader; bench_train_engines holds the two steps."""
+    path = Path(__file__).with_name(f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -203,174 +204,6 @@ def measure(factories: list, args) -> list[tuple[dict, dict]]:
     return out
 
 
-# ----------------------------------------------------------------------------------------------
-# memr1 side.
-# ----------------------------------------------------------------------------------------------
-
-
-class JaxEngine:
-    """memr1's jitted, donating GRPO step on the train state."""
-
-    name = "memr1 (JAX)"
-
-    def __init__(self, setup, state, batch, ref, args, n_params: int, peak_fn):
-        from memr1.train.grpo import GRPOConfig, make_grpo_step
-        from memr1.train.update import shard_batch
-
-        self.n_params, self.state, self.peak_fn = n_params, state, peak_fn
-        shared = dict(prompt_group=args.group, response_width=args.length - args.prompt)
-        cfg = GRPOConfig(
-            clip_eps=args.clip_eps,
-            kl_beta=args.kl_beta,
-            logprob_chunk=args.logprob_chunk,
-            **(shared if args.shared_prompt else {}),
-        )
-        step = make_grpo_step(setup, cfg)
-        self.batch = shard_batch(setup, batch)
-        self.extra_args = (ref,) if args.kl_beta > 0 else ()
-        # Compiled ahead of time, so compile time is reported apart from the first step and
-        # XLA's own memory plan of the step (temporaries, donated buffers) lands in the report.
-        t0 = time.perf_counter()
-        self.compiled = step.lower(state, self.batch, *self.extra_args).compile()
-        self.compile_s = time.perf_counter() - t0
-        plan = self.compiled.memory_analysis()
-        self.xla = {
-            k: getattr(plan, f"{k}_size_in_bytes", None)
-            for k in ("temp", "argument", "output", "alias", "generated_code")
-        }
-        self.first = True
-
-    def step(self) -> dict | None:
-        import jax
-
-        # The state is donated to the step: rebind it every time.
-        self.state, metrics = self.compiled(self.state, self.batch, *self.extra_args)
-        jax.block_until_ready((self.state, metrics))
-        if not self.first:
-            return None
-        self.first = False
-        m = jax.device_get(metrics)
-        check = {k: float(m[k]) for k in ("loss", "grad_norm", "pg_loss")}
-        if "kl" in m:
-            check["kl"] = float(m["kl"])
-        return check
-
-    def finish(self) -> dict:
-        extra = {"peak_device_bytes": self.peak_fn(), "compile_s": self.compile_s}
-        self.state = self.batch = self.compiled = None
-        return {**extra, "xla_memory": self.xla}
-
-
-# ----------------------------------------------------------------------------------------------
-# PyTorch + transformers side.
-# ----------------------------------------------------------------------------------------------
-
-
-def torch_logprobs(logits, tokens, temperature: float = 1.0):
-    """[B, T] log-probs of tokens[:, t] given tokens[:, :t]; column 0 is zero, as ours."""
-    import torch
-
-    logits = logits[:, :-1].float() / temperature
-    taken = torch.gather(logits, -1, tokens[:, 1:, None])[..., 0]
-    return torch.nn.functional.pad(taken - torch.logsumexp(logits, dim=-1), (1, 0))
-
-
-def torch_grpo_loss(model, ref_model, tb: dict, args):
-    """The same loss as memr1.train.grpo: token-mean clipped surrogate + beta k3 KL."""
-    import torch
-
-    logp = torch_logprobs(model(input_ids=tb["tokens"], use_cache=False).logits, tb["tokens"])
-    mask = tb["mask"]
-    n = mask.sum().clamp(min=1.0)
-    ratio = torch.exp(logp - tb["old_logp"])
-    adv = tb["advantages"][:, None]
-    clipped = ratio.clamp(1.0 - args.clip_eps, 1.0 + args.clip_eps)
-    pg = (torch.maximum(-ratio * adv, -clipped * adv) * mask).sum() / n
-    if args.kl_beta == 0:
-        return pg, pg, None
-    with torch.no_grad():
-        ref_logits = ref_model(input_ids=tb["tokens"], use_cache=False).logits
-        ref_logp = torch_logprobs(ref_logits, tb["tokens"])
-    d = (ref_logp - logp).clamp(-20.0, 20.0)
-    kl = ((torch.exp(d) - d - 1.0) * mask).sum() / n
-    return pg + args.kl_beta * kl, pg, kl
-
-
-def torch_optimizer(model, args, cuda: bool):
-    """AdamW decaying what memr1's optimizer decays: weight matrices, not norms or biases."""
-    import torch
-
-    decay, rest = [], []
-    for param in model.parameters():
-        (decay if param.ndim >= 2 else rest).append(param)
-    groups = [{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.999), eps=1e-8, fused=cuda)
-
-
-class TorchEngine:
-    """The same GRPO step on HF transformers' Qwen2ForCausalLM with PyTorch AdamW."""
-
-    def __init__(self, bg, cfg, params, ref_params, batch, args, n_params, device, threads):
-        import jax
-        import torch
-
-        self.name = "PyTorch + transformers"
-        if threads is not None:
-            self.name += f" ({threads} thr)"
-        self.threads, self.n_params, self.args = threads, n_params, args
-        self.cuda = device == "cuda"
-        self.model = bg.hf_twin(cfg, params, device).train()
-        if args.remat:
-            self.model.gradient_checkpointing_enable({"use_reentrant": False})
-        self.ref_model = None
-        if args.kl_beta > 0:
-            ref_cfg = cfg.replace(param_dtype=jax.tree.leaves(ref_params)[0].dtype.name)
-            self.ref_model = bg.hf_twin(ref_cfg, ref_params, device).requires_grad_(False)
-        tb = {k: torch.from_numpy(np.array(v)).to(device) for k, v in batch.items()}
-        tb["tokens"] = tb["tokens"].long()
-        tb["mask"] = (tb.pop("response_mask") & tb.pop("valid")).float()
-        self.tb = tb
-        self.opt = torch_optimizer(self.model, args, self.cuda)
-        # fp32 master weights with bf16 matmuls: the numerics of memr1's cast-in-matmul.
-        self.autocast = contextlib.nullcontext
-        if args.dtype == "bfloat16":
-            self.autocast = lambda: torch.autocast(device, dtype=torch.bfloat16)
-        if self.cuda:
-            torch.cuda.reset_peak_memory_stats()
-        self.first = True
-
-    def step(self) -> dict | None:
-        import torch
-
-        if self.threads is not None:
-            # Process-wide, so set before every step: interleaved engines may differ.
-            torch.set_num_threads(self.threads)
-        self.opt.zero_grad(set_to_none=True)
-        with self.autocast():
-            loss, pg, kl = torch_grpo_loss(self.model, self.ref_model, self.tb, self.args)
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.opt.step()
-        if self.cuda:
-            torch.cuda.synchronize()
-        if not self.first:
-            return None
-        self.first = False
-        check = {"loss": loss.item(), "grad_norm": norm.item(), "pg_loss": pg.item()}
-        if kl is not None:
-            check["kl"] = kl.item()
-        return check
-
-    def finish(self) -> dict:
-        import torch
-
-        peak = torch.cuda.max_memory_allocated() if self.cuda else None
-        self.model = self.ref_model = self.opt = self.tb = None
-        if self.cuda:
-            torch.cuda.empty_cache()  # hand the memory back before the JAX step grows its pool
-        return {"peak_device_bytes": peak}
-
-
 def compare(ours: dict, theirs: dict, rtol: float) -> dict:
     """|ours - torch| <= rtol |torch| + 1e-6 for the loss and the gradient norm."""
     out = {"rtol": rtol, "ok": True}
@@ -432,9 +265,9 @@ def main(argv=None) -> int:
     from memr1.models.transformer import count_params
     from memr1.train import mesh, state
 
-    if args.gpu and jax.devices()[0].platform != "gpu":
-        raise SystemExit(f"--gpu: JAX runs on {jax.devices()[0].platform}, not on a GPU")
-    bg = _bench_generate()
+    bg, engines = _tool("bench_generate"), _tool("bench_train_engines")
+    if args.gpu:
+        bg.require_gpu(need_torch=not args.no_torch)
     cfg = get_size(args.size, param_dtype="float32", dtype=args.dtype, remat=args.remat)
     m = mesh.build_mesh(1, -1, 1, model_cfgs=[cfg])
     optim = state.OptimConfig(lr=args.lr, warmup_steps=0)
@@ -459,19 +292,17 @@ def main(argv=None) -> int:
     }
     factories = []
     if not args.no_torch:
-        import torch
-
-        if args.gpu and not torch.cuda.is_available():
-            raise SystemExit("--gpu: PyTorch sees no CUDA device (--no-torch times memr1 alone)")
         device = "cuda" if args.gpu else "cpu"
         for threads in [None] if device == "cuda" else args.torch_threads:
             factories.append(
-                lambda threads=threads: TorchEngine(
+                lambda threads=threads: engines.TorchEngine(
                     bg, cfg, st.params, ref, batch, args, n_params, device, threads
                 )
             )
     # Last: the JAX step donates the state that the PyTorch twins are copied from.
-    factories.append(lambda: JaxEngine(setup, st, batch, ref, args, n_params, bg.device_peak_bytes))
+    factories.append(
+        lambda: engines.JaxEngine(setup, st, batch, ref, args, n_params, bg.device_peak_bytes)
+    )
     results = measure(factories, args)
     ours, our_check = results[-1]
     torch_rows = [row for row, _ in results[:-1]]
