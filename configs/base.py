@@ -179,7 +179,6 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
             "clip_eps": 0.2,
             "kl_beta": 0.001 if algo == "grpo" else 0.0,
             "kl_estimator": "k3",
-            "ddof": 1,
             "n_micro": 1,
             "micro_rows": 0,
             "shared_prompt": True,
