@@ -16,6 +16,7 @@ Rooms of the package (the folder layout is the architecture):
   pipeline/   ingestion and question answering over banks (Memory-R1 and its baselines)
   rl/         losses, advantages, GAE, log-prob helpers
   train/      the sharded update step, stages, checkpoints
+  drill/      the reliability drill's workers and checks (run by tools/fault_drill.py)
 
 Axis legend, used in einsum strings and as array-name suffixes (``logits_BTV``, ``q_BTHN``):
   B batch        T time (query positions)   S key/value positions (cache slots)

@@ -9,7 +9,9 @@ checkpoint, and a resumed run first drops the records of the steps it is about t
 Every step also logs `time/step_s` (from the start of its iteration until its results are on the
 host; see `metrics_log.LaggedMetrics`) and `perf/tokens_per_s` (the real, non-padding prompt +
 response tokens its update processed, over that time); a GRPO/PPO step's rollout share of it is
-`time_sample_s` + `time_reward_s`.
+`time_sample_s` + `time_reward_s`. Such wall-clock fields are named so that
+`metrics_log.is_wall_clock` recognises them: a `time/` or `perf/` section, or a `time_` name;
+comparisons of two runs' logs (the fault drill, the resume tests) skip exactly those.
 """
 
 from __future__ import annotations

@@ -31,6 +31,20 @@ import numpy as np
 from tensorboardX import SummaryWriter
 from tqdm.auto import tqdm
 
+# Metric keys that measure wall-clock time rather than the computation: the `time/` and `perf/`
+# sections (`time/step_s`, `perf/tokens_per_s`, from LaggedMetrics) and names that start with
+# `time_` (a rollout's `time_sample_s`, `time_reward_s`, logged as `train/time_sample_s`). They
+# differ between any two runs; every other field of a record is a function of the seed and the
+# step, so a resumed run must reproduce it exactly (tools/fault_drill.py compares the rest).
+WALL_CLOCK_SECTIONS = ("time", "perf")
+WALL_CLOCK_NAME_PREFIX = "time_"
+
+
+def is_wall_clock(key: str) -> bool:
+    """Whether the metrics.jsonl field `key` is a wall-clock measurement (see above)."""
+    section, _, name = key.rpartition("/")
+    return section.split("/")[0] in WALL_CLOCK_SECTIONS or name.startswith(WALL_CLOCK_NAME_PREFIX)
+
 
 class NonFiniteError(RuntimeError):
     """A step produced a non-finite loss or gradient norm and the run is set to stop."""

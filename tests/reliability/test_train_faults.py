@@ -16,7 +16,7 @@ import pytest
 
 from memr1.train import loop, mesh, state
 from memr1.train.checkpoint import Checkpointer
-from memr1.train.metrics_log import MetricsWriter, NonFiniteError, read_jsonl
+from memr1.train.metrics_log import MetricsWriter, NonFiniteError, is_wall_clock, read_jsonl
 from tests.reliability.conftest import LENGTH, OPTIM
 from tests.train import tiny
 
@@ -53,12 +53,9 @@ def _restore(setup, workdir, step):
         return ckpt.restore(step, setup.abstract_state)[0]
 
 
-# Wall-clock metrics differ between any two runs; everything else must be reproduced exactly.
-WALL_CLOCK = ("time/", "perf/")
-
-
 def _deterministic(records):
-    return [{k: v for k, v in r.items() if not k.startswith(WALL_CLOCK)} for r in records]
+    # Wall-clock metrics differ between any two runs; everything else must be reproduced exactly.
+    return [{k: v for k, v in r.items() if not is_wall_clock(k)} for r in records]
 
 
 def _records(workdir):

@@ -9,6 +9,7 @@ import jax
 import numpy as np
 import pytest
 
+from memr1.drill.checks import raw_records, record_differences
 from memr1.models.config import ModelConfig
 from memr1.models.tokenizer_train import train_bpe_tokenizer
 from memr1.pipeline.policy import SamplingConfig, TextPolicy
@@ -114,6 +115,11 @@ def test_grpo_loop_logs_and_resumes_exactly(answer_policy, tmp_path):
     for a, b in zip(jax.tree.leaves(straight.params), jax.tree.leaves(resumed.params)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert int(resumed.step) == 2
+    # The resumed log holds the same records but for the wall-clock fields, which include the
+    # rollout's own timings: the rule the fault drill compares by must cover all of them.
+    logs = [raw_records(tmp_path / d / "logs" / "metrics.jsonl") for d in ("a", "b")]
+    assert "train/time_sample_s" in logs[0][1] and "train/time_reward_s" in logs[0][1]
+    assert record_differences(*logs) == []
 
 
 def test_dropping_zero_signal_groups_updates_on_the_signal_rows_only(answer_policy, tmp_path):
