@@ -179,6 +179,8 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
     paper's setting, it changes the loss normalisation. `oversample` (GRPO): each step rolls
     out `oversample` x `batch_size` states and updates on `batch_size` groups, those with a
     reward spread first (`memr1.train.batches.signal_first_groups`); 1 (the paper) = off.
+    `gamma` and `lam` (PPO): the GAE discount and λ over response tokens, 1.0 and 1.0 as in verl
+    (the outcome reward on the last token then reaches every token undiscounted).
     """
     return ml_collections.ConfigDict(
         {
@@ -191,6 +193,8 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
             "clip_eps": 0.2,
             "kl_beta": 0.001 if algo == "grpo" else 0.0,
             "kl_estimator": "k3",
+            "gamma": 1.0,
+            "lam": 1.0,
             "ddof": 1,
             "n_micro": 1,
             "shared_prompt": True,

@@ -345,7 +345,7 @@ def train(
             setup,
             config.algo,
             grpo_cfg=grpo_cfg,
-            ppo_cfg=ppo.PPOConfig(clip_eps=t.clip_eps, kl_beta=t.kl_beta, n_micro=t.n_micro),
+            ppo_cfg=ppo.PPOConfig.from_train_config(t),
             ref_params=ref,
         )
         return loop.run_rl(

@@ -66,3 +66,23 @@ def test_ppo_without_a_critic_is_refused_before_compute(policy):
         ppo.make_ppo_prepare(setup)
     with pytest.raises(ValueError, match="has none"):
         ppo.make_ppo_step(setup)
+
+
+def test_ppo_config_reads_the_train_section():
+    from configs.base import train_section
+
+    t = train_section("answer", "ppo")
+    defaults = ppo.PPOConfig.from_train_config(t)
+    assert (defaults.gamma, defaults.lam) == (1.0, 1.0)  # verl's defaults
+    assert ppo.PPOConfig().lam == 1.0
+    t.update(clip_eps=0.3, kl_beta=0.01, kl_estimator="k2", temperature=0.7, n_micro=2)
+    t.update(gamma=0.99, lam=0.95)
+    cfg = ppo.PPOConfig.from_train_config(t)
+    got = {k: getattr(cfg, k) for k in ("clip_eps", "kl_beta", "kl_estimator", "temperature")}
+    assert got == {"clip_eps": 0.3, "kl_beta": 0.01, "kl_estimator": "k2", "temperature": 0.7}
+    assert (cfg.n_micro, cfg.gamma, cfg.lam) == (2, 0.99, 0.95)
+    t.lam = 1.5
+    with pytest.raises(ValueError, match=r"train\.lam"):
+        ppo.PPOConfig.from_train_config(t)
+    with pytest.raises(ValueError, match=r"train\.kl_estimator"):
+        ppo.PPOConfig(kl_estimator="k4")
