@@ -221,6 +221,12 @@ def train(
     mesh.maybe_initialize_distributed()
     t = config.train
     # Settings that cannot work are refused here, before a model is loaded or compiled.
+    if config.model.param_dtype != "float32":
+        raise ValueError(
+            f"config model.param_dtype={config.model.param_dtype!r}: training keeps float32 "
+            "master weights (AdamW steps of lr ~1e-6 are below bfloat16's resolution and round "
+            "away); use model.dtype=bfloat16 for bfloat16 compute"
+        )
     if t.drop_zero_signal and config.algo != "grpo":
         raise ValueError(
             f"config train.drop_zero_signal=True is a GRPO option (algo={config.algo}: its "
