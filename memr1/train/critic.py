@@ -92,7 +92,8 @@ def trunk_from_policy(policy_params: nnx.State, abstract: nnx.State, shardings: 
     if problems:
         raise ValueError(
             "the critic cannot start from the policy's weights: the policy lacks these trunk "
-            f"parameters or has them in another shape: {problems[:4]}"
+            f"parameters or has them in another shape: {problems[:4]} (a critic of another size "
+            "starts at random: create_train_state(critic_from_policy=False))"
         )
     paths = [path for path, _ in want]
     dtypes = [var.dtype for _, var in want]

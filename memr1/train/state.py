@@ -303,6 +303,8 @@ def create_train_state(
     Returns:
       (setup, state), with every array of `state` placed by `setup.state_shardings`.
     """
+    if critic_params is not None and critic_from_policy:
+        raise ValueError("critic_params are start weights: pass critic_from_policy=False")
     if module_fn is None:
         module_fn = lambda: Transformer(model_cfg, nnx.Rngs(params=seed))
     tx = make_optimizer(optim)
@@ -311,13 +313,11 @@ def create_train_state(
     )
     c_graphdef = c_tx = c_p = c_o = c_psh = c_osh = c_pabs = c_oabs = None
     if critic_cfg is not None:
-        if critic_params is not None and critic_from_policy:
-            raise ValueError("critic_params are start weights: pass critic_from_policy=False")
         c_tx = make_optimizer(critic_optim)
+        start = p if critic_from_policy else None
         c_graphdef, (c_p, c_o), (c_psh, c_osh), (c_pabs, c_oabs) = _init_critic(
-            mesh, critic_cfg, c_tx, seed, p if critic_from_policy else None, critic_params, rules,
-            materialize,
-        )  # fmt: skip
+            mesh, critic_cfg, c_tx, seed, start, critic_params, rules, materialize
+        )
     replicated = NamedSharding(mesh, PartitionSpec())
     shardings = TrainState(
         step=replicated,
