@@ -167,6 +167,8 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
     `micro_rows` > 0 derives it at run time instead, from the mesh: micro-batches of
     `micro_rows` rows on each data x fsdp shard, holding whole groups under `shared_prompt`
     (`memr1.train.mesh.micro_batch_count`). Set one of the two, not both.
+    `gamma` and `lam` (PPO): the GAE discount and λ over response tokens, 1.0 and 1.0 as in verl
+    (the outcome reward on the last token then reaches every token undiscounted).
     """
     return ml_collections.ConfigDict(
         {
@@ -179,6 +181,8 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
             "clip_eps": 0.2,
             "kl_beta": 0.001 if algo == "grpo" else 0.0,
             "kl_estimator": "k3",
+            "gamma": 1.0,
+            "lam": 1.0,
             "n_micro": 1,
             "micro_rows": 0,
             "shared_prompt": True,

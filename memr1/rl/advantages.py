@@ -6,14 +6,25 @@ import jax
 import jax.numpy as jnp
 
 
+def has_reward_spread(rewards_BG):
+    """[B] bool: True for the groups whose G rewards are not all equal (max - min > 0).
+
+    The one test of "this group carries a learning signal", for jax and numpy arrays alike.
+    It compares the rewards themselves, never their centred values: the float32 mean of G
+    equal rewards such as 1/3 need not equal them, and z-scoring that rounding residue would
+    turn a constant group into advantages of a few hundredths.
+    """
+    return (rewards_BG.max(axis=-1) - rewards_BG.min(axis=-1)) > 0
+
+
 def grpo_advantages(
     rewards_BG: jax.Array, *, ddof: int = 1, eps: float = 1e-6
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Group-normalised advantages A_i = (r_i - mean r) / (std r + eps) per group of G samples.
 
     The std uses `ddof` (1 = sample std, as TRL and Tunix; 0 = population std). A group whose
-    rewards are all equal carries no learning signal: its advantages are exactly zero (never NaN)
-    and the share of such groups is returned as `zero_signal_frac`.
+    rewards are all equal (`has_reward_spread` False) carries no learning signal: its advantages
+    are exactly zero (never NaN) and the share of such groups is returned as `zero_signal_frac`.
 
     Args:
       rewards_BG: scalar reward of each of G samples for B states.
@@ -26,7 +37,7 @@ def grpo_advantages(
     centred = rewards_BG - mean_B1
     denom = max(g - ddof, 1)
     std_B1 = jnp.sqrt(jnp.sum(centred**2, axis=-1, keepdims=True) / denom)
-    no_signal_B1 = jnp.all(centred == 0, axis=-1, keepdims=True)
+    no_signal_B1 = ~has_reward_spread(rewards_BG)[:, None]
     adv = jnp.where(no_signal_B1, 0.0, centred / jnp.where(no_signal_B1, 1.0, std_B1 + eps))
     stats = {
         "zero_signal_frac": no_signal_B1.mean(),

@@ -78,8 +78,9 @@ def policy_loss(
     metrics = {
         "clip_frac": ((clipped > unclipped).astype(jnp.float32) * mask).sum() / n,
         "ratio_mean": (ratio * mask).sum() / n,
-        # k3 estimate of KL(old || new) on the sampled tokens: how far the update moved.
-        "approx_kl": ((jnp.exp(-log_ratio) + log_ratio - 1.0) * mask).sum() / n,
+        # How far the update moved: KL(old || new) = E_old[-log r] on tokens sampled from the
+        # old policy, estimated by k3 = (r - 1) - log r (unbiased since E_old[r] = 1).
+        "approx_kl": ((jnp.expm1(log_ratio) - log_ratio) * mask).sum() / n,
     }
     return loss, metrics
 

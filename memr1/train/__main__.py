@@ -243,6 +243,12 @@ def train(
     t = config.train
     # Settings that cannot work are refused here, before a model is loaded or compiled.
     resolve_micro_batches(config)
+    if config.model.param_dtype != "float32":
+        raise ValueError(
+            f"config model.param_dtype={config.model.param_dtype!r}: training keeps float32 "
+            "master weights (AdamW steps of lr ~1e-6 are below bfloat16's resolution and round "
+            "away); use model.dtype=bfloat16 for bfloat16 compute"
+        )
     if t.drop_zero_signal and config.algo != "grpo":
         raise ValueError(
             f"config train.drop_zero_signal=True is a GRPO option (algo={config.algo}: its "
@@ -373,7 +379,7 @@ def train(
             setup,
             config.algo,
             grpo_cfg=grpo_cfg,
-            ppo_cfg=ppo.PPOConfig(clip_eps=t.clip_eps, kl_beta=t.kl_beta, n_micro=t.n_micro),
+            ppo_cfg=ppo.PPOConfig.from_train_config(t),
             ref_params=ref,
         )
         return loop.run_rl(

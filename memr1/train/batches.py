@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from memr1.pipeline.policy import Completion
-from memr1.rl.advantages import grpo_advantages
+from memr1.rl.advantages import grpo_advantages, has_reward_spread
 from memr1.sampling.sampler import default_bucket
 
 
@@ -69,6 +69,8 @@ def keep_signal_groups(
 ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
     """Drops GRPO groups whose samples all earned the same reward (DAPO's dynamic sampling).
 
+    `batch` is `pack_rollout`'s: the groups are judged on its `rewards` field.
+
     Such a group's advantages are all zero, so its rows add nothing to the policy gradient but
     cost a full forward and backward pass. The groups with signal are kept (in order) and the
     batch is filled up with zero-signal groups to the next multiple of `quantum` groups, so the
@@ -110,12 +112,17 @@ def signal_first_groups(
 
 
 def _group_signal(batch, group: int) -> tuple[int, np.ndarray]:
-    """(number of groups, which groups' advantages are not all zero)."""
-    rows = len(batch["advantages"])
+    """(number of groups, which groups' rewards differ: `advantages.has_reward_spread`).
+
+    Judged on the rewards, by the same test that zeroes a constant group's advantages.
+    """
+    if "rewards" not in batch:
+        raise ValueError(f"the batch needs its per-row 'rewards' field; it has {sorted(batch)}")
+    rows = len(batch["rewards"])
     if group < 1 or rows % group:
         raise ValueError(f"{rows} rows do not split into groups of {group}")
     n = rows // group
-    return n, np.any(batch["advantages"].reshape(n, group) != 0, axis=1)
+    return n, np.asarray(has_reward_spread(np.asarray(batch["rewards"]).reshape(n, group)))
 
 
 def _take_signal_first(batch, group: int, signal: np.ndarray, keep: int):

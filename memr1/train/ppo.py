@@ -29,7 +29,7 @@ import jax.numpy as jnp
 
 from memr1.rl import advantages as adv_lib
 from memr1.rl.logprobs import sequence_logprobs
-from memr1.rl.losses import policy_loss, value_loss
+from memr1.rl.losses import KL_ESTIMATORS, policy_loss, value_loss
 from memr1.sharding import use_mesh
 from memr1.train.critic import critic_values
 from memr1.train.grpo import kl_to_reference, policy_metrics, response_metrics
@@ -55,13 +55,42 @@ class PPOConfig:
     dual_clip: float | None = None
     value_clip_eps: float = 0.5  # verl's cliprange_value
     vf_coef: float = 1.0  # the critic has its own optimiser, so this only scales its gradients
-    gamma: float = 1.0
-    lam: float = 0.95
+    gamma: float = 1.0  # GAE discount and λ: both 1.0 by default, as verl
+    lam: float = 1.0
     kl_beta: float = 0.0
     kl_estimator: str = "k3"
-    temperature: float = 1.0
+    temperature: float = 1.0  # the rollout temperature: log-probs are under logits / T
     n_micro: int = 1
     logprob_chunk: int = 128
+
+    def __post_init__(self):
+        for name in ("gamma", "lam"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"PPO {name}={value!r} (train.{name}): must be in [0, 1]")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(
+                f"PPO kl_estimator={self.kl_estimator!r} (train.kl_estimator): expected one of "
+                f"{KL_ESTIMATORS}"
+            )
+        if not self.temperature > 0:
+            raise ValueError(
+                f"PPO temperature={self.temperature!r} (train.temperature): must be > 0, the "
+                "temperature the rollouts were sampled at"
+            )
+
+    @classmethod
+    def from_train_config(cls, t) -> PPOConfig:
+        """The PPO update of a `configs/base.py` train section (refuses bad settings)."""
+        return cls(
+            clip_eps=t.clip_eps,
+            gamma=t.gamma,
+            lam=t.lam,
+            kl_beta=t.kl_beta,
+            kl_estimator=t.kl_estimator,
+            temperature=t.temperature,
+            n_micro=t.n_micro,
+        )
 
 
 def final_token_rewards(rewards_B: jax.Array, mask_BT: jax.Array) -> jax.Array:

@@ -34,6 +34,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from memr1.models.config import ModelConfig
 from memr1.models.transformer import Transformer
 from memr1.sharding import DEFAULT_RULES, logical_to_spec
+from memr1.train.critic import ValueModel, trunk_from_policy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,6 +251,18 @@ def _init_part(
     return graphdef, (params, opt_state), (p_shard, o_shard), abstract
 
 
+def _init_critic(mesh, cfg, tx, seed, policy_params, params, rules, materialize):
+    """`_init_part` of the PPO value model; its trunk copies `policy_params` when given."""
+    critic_fn = lambda: ValueModel(cfg, nnx.Rngs(params=seed + 1))
+    if policy_params is not None and materialize:
+        _, _, (shardings, _), (abstract, _) = _init_part(
+            mesh, critic_fn, tx, nnx.Param, None, rules, materialize=False
+        )
+        # The value head and bias, which the trunk lacks, are initialised (to zero) by critic_fn.
+        params = trunk_from_policy(policy_params, abstract, shardings)
+    return _init_part(mesh, critic_fn, tx, nnx.Param, params, rules, materialize)
+
+
 def create_train_state(
     mesh: Mesh,
     model_cfg: ModelConfig,
@@ -262,6 +275,7 @@ def create_train_state(
     critic_cfg: ModelConfig | None = None,
     critic_optim: OptimConfig = CRITIC_OPTIM,
     critic_params: nnx.State | None = None,
+    critic_from_policy: bool = True,
     rules=DEFAULT_RULES,
     materialize: bool = True,
 ) -> tuple[TrainSetup, TrainState | None]:
@@ -278,12 +292,19 @@ def create_train_state(
         `params` may then hold only the base weights: the adapters are initialised by it.
       trainable: nnx filter of the parameters the optimiser updates.
       critic_cfg: if set, a PPO value model (`memr1.train.critic.ValueModel`) is created too.
-      critic_optim / critic_params: its optimiser (paper: lr 1e-5) and optional start weights.
+      critic_optim: its optimiser (paper: lr 1e-5).
+      critic_params: its start weights; only with critic_from_policy=False.
+      critic_from_policy: start the critic's trunk as a copy of the policy's start weights (the
+        base weights under LoRA, no LM head) with a zero value head, as verl starts its critic
+        from the actor (`memr1.train.critic.trunk_from_policy`); False: `critic_params`, or a
+        random trunk if None.
       materialize: False allocates nothing and returns (setup, None): a run that resumes from a
         checkpoint restores straight into `setup.abstract_state`.
     Returns:
       (setup, state), with every array of `state` placed by `setup.state_shardings`.
     """
+    if critic_params is not None and critic_from_policy:
+        raise ValueError("critic_params are start weights: pass critic_from_policy=False")
     if module_fn is None:
         module_fn = lambda: Transformer(model_cfg, nnx.Rngs(params=seed))
     tx = make_optimizer(optim)
@@ -292,12 +313,10 @@ def create_train_state(
     )
     c_graphdef = c_tx = c_p = c_o = c_psh = c_osh = c_pabs = c_oabs = None
     if critic_cfg is not None:
-        from memr1.train.critic import ValueModel  # the critic module imports this one
-
         c_tx = make_optimizer(critic_optim)
-        critic_fn = lambda: ValueModel(critic_cfg, nnx.Rngs(params=seed + 1))
-        c_graphdef, (c_p, c_o), (c_psh, c_osh), (c_pabs, c_oabs) = _init_part(
-            mesh, critic_fn, c_tx, nnx.Param, critic_params, rules, materialize
+        start = p if critic_from_policy else None
+        c_graphdef, (c_p, c_o), (c_psh, c_osh), (c_pabs, c_oabs) = _init_critic(
+            mesh, critic_cfg, c_tx, seed, start, critic_params, rules, materialize
         )
     replicated = NamedSharding(mesh, PartitionSpec())
     shardings = TrainState(

@@ -35,6 +35,17 @@ def test_a_mistyped_override_fails_loudly_and_writes_nothing(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_bfloat16_master_weights_are_refused_with_exit_2_before_loading(tmp_path):
+    proc = _cli(
+        f"--config={SFT}", "--config.model.param_dtype=bfloat16", f"--workdir={tmp_path / 'run'}"
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    message = proc.stderr.strip().splitlines()[-1]
+    assert message.startswith("memr1.train: error: config model.param_dtype='bfloat16'"), message
+    assert "float32 master weights" in message
+    assert not (tmp_path / "run").exists()
+
+
 # Runs `train()` with model loading replaced by a tripwire: each bad setting must be refused,
 # naming the field, before the backbone or the train state is built.
 CHECKS = textwrap.dedent(
@@ -90,6 +101,8 @@ CASES = [
     ("over_ppo", "runlocal,algo=ppo,stage=answer", {"train.oversample": 2},
      {"tuples": "t"}, "train.oversample=2 is a GRPO option"),
     ("over0", "runlocal,algo=sft", {"train.oversample": 0}, {}, "train.oversample=0"),
+    ("bf16", "runlocal,algo=grpo,stage=answer", {"model.param_dtype": "bfloat16"},
+     {"tuples": "t"}, "model.param_dtype='bfloat16'"),
 ]  # fmt: skip
 
 

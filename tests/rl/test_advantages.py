@@ -1,5 +1,6 @@
 """GRPO group advantages and GAE against hand-computed values."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -16,6 +17,32 @@ def test_grpo_advantages_hand_computed_ddof1():
     # Group 1 has no signal: all-equal rewards give exactly zero advantage, never NaN.
     np.testing.assert_array_equal(adv[1], np.zeros(4))
     assert float(stats["zero_signal_frac"]) == pytest.approx(0.5)
+
+
+# Constant groups whose float32 mean is not exactly the common value (the reward is a mean over
+# linked questions, e.g. 1/3), so centring leaves rounding residue of about 1e-8 that a z-score
+# blows up to advantages of 0.01-0.06.
+CONSTANT_GROUPS = [(v, g) for v in (1 / 3, 1 / 5, 3 / 4, 2 / 3, 0.3, 0.7) for g in (7, 8, 12)]
+
+
+# As `batches.pack_rollout` calls it (numpy rewards, eager) and inside a jitted program.
+@pytest.mark.parametrize("as_numpy, jitted", [(True, False), (False, True)])
+def test_constant_groups_of_fractional_rewards_carry_no_signal(as_numpy, jitted):
+    fn = jax.jit(advantages.grpo_advantages) if jitted else advantages.grpo_advantages
+    for value, g in CONSTANT_GROUPS:
+        # Two groups: the constant one and one with a spread (which must keep its signal).
+        rewards = np.array([[value] * g, [value] * (g - 1) + [1.0]], np.float32)
+        adv, stats = fn(rewards if as_numpy else jnp.asarray(rewards))
+        np.testing.assert_array_equal(np.asarray(adv[0]), np.zeros(g), err_msg=f"{value} x {g}")
+        assert float(stats["zero_signal_frac"]) == 0.5, (value, g)
+        assert np.all(np.asarray(adv[1]) != 0)
+
+
+def test_reward_spread_is_max_minus_min_for_numpy_and_jax():
+    for value, g in CONSTANT_GROUPS:
+        rewards = np.array([[value] * g, [value] * (g - 1) + [1.0]], np.float32)
+        for x in (rewards, jnp.asarray(rewards)):
+            np.testing.assert_array_equal(advantages.has_reward_spread(x), [False, True])
 
 
 def test_grpo_advantages_ddof0_differs_from_ddof1():

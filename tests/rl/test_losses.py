@@ -95,3 +95,22 @@ def test_value_loss_clipped():
     # Unclipped error (2-3)^2 = 1; clipped value 1.2 → (1.2-3)^2 = 3.24; max → 3.24, times 0.5.
     assert float(loss) == pytest.approx(0.5 * 3.24)
     assert float(m["vf_clip_frac"]) == pytest.approx(1.0)
+
+
+def test_approx_kl_is_k3_of_kl_old_to_new_on_old_samples():
+    """r = p_new / p_old on tokens drawn from the old policy; KL(old‖new) = E_old[-log r] and
+    its k3 estimate is (r - 1) - log r (E_old[r] = 1 makes it unbiased)."""
+    # One token with r = 2: 2 - 1 - log 2.
+    _, m = losses.policy_loss(
+        jnp.log(jnp.array([[0.8]])), jnp.log(jnp.array([[0.4]])), jnp.ones((1, 1)), jnp.ones((1, 1))
+    )
+    assert float(m["approx_kl"]) == pytest.approx(1.0 - np.log(2.0), rel=1e-6)  # 0.306853
+    # Old (½, ½), new (0.8, 0.2) over a 2-token vocabulary, each token drawn once (its exact
+    # frequency under the old policy): the mean of k3 is exactly
+    # KL(old‖new) = ½·log(0.5/0.8) + ½·log(0.5/0.2) = 0.223144.
+    logp = jnp.log(jnp.array([[0.8, 0.2]]))
+    old = jnp.log(jnp.array([[0.5, 0.5]]))
+    _, m = losses.policy_loss(logp, old, jnp.ones((1, 2)), jnp.ones((1, 2)))
+    kl_old_new = 0.5 * np.log(0.5 / 0.8) + 0.5 * np.log(0.5 / 0.2)
+    assert kl_old_new == pytest.approx(0.223144, abs=1e-6)
+    assert float(m["approx_kl"]) == pytest.approx(kl_old_new, rel=1e-5)

@@ -5,7 +5,8 @@
 2. The train command's model setup (`memr1.train.__main__.prepare_models`) places the train
    state and the manager stage's frozen answerer in their NamedShardings on the mesh (the HF
    weights loaded straight into them, a LoRA answer checkpoint merged into them) and keeps no
-   reference of its own to the backbone's weights.
+   reference of its own to the backbone's weights; under PPO the critic starts as a copy of
+   the backbone's weights, in its own shards.
 Exits non-zero (an assertion) on any mismatch; prints one JSON line of measurements on success.
 """
 
@@ -168,6 +169,24 @@ def check_cli_setup(out: dict, tmp: Path) -> None:
     out["merged_answerer_max_diff"] = max_diff(again.answerer, expected)
     assert out["merged_answerer_max_diff"] < 1e-6, out
     assert max_diff(again.answerer, hf_params) > 1e-3, "the answer checkpoint was not merged"
+    check_ppo_critic(hf_dir, hf_params)
+
+
+def check_ppo_critic(hf_dir: Path, hf_params) -> None:
+    """PPO with a LoRA policy: the critic's trunk is the backbone's weights (not the adapters),
+    placed in the critic's shardings, in buffers the (donated) policy does not share."""
+    config = get_config("runlocal,stage=answer,algo=ppo")
+    config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 2, 2, 2
+    config.train.lora_rank = 4
+    models = prepare_models(config, hf_dir=str(hf_dir))
+    s, shardings = models.state, models.setup.state_shardings
+    assert_placed(s.critic_params, shardings.critic_params, "critic params")
+    assert tiny.leaves_equal(s.critic_params["trunk"], hf_params), "the critic is not the backbone"
+    assert not lora.has_adapters(s.critic_params)
+    ptrs = lambda tree: {
+        x.addressable_shards[0].data.unsafe_buffer_pointer() for x in jax.tree.leaves(tree)
+    }
+    assert not ptrs(s.params) & ptrs(s.critic_params), "the critic shares the policy's buffers"
 
 
 def main() -> None:

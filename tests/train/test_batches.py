@@ -3,14 +3,58 @@
 import numpy as np
 import pytest
 
-from memr1.train.batches import keep_signal_groups
+from memr1.pipeline.policy import Completion
+from memr1.train.batches import keep_signal_groups, pack_rollout, signal_first_groups
 
 
-def _batch(advantages_BG):
+def _batch(advantages_BG, rewards_BG=None):
+    """Rows numbered in order; the rewards are the advantages unless given."""
     adv = np.asarray(advantages_BG, np.float32)
     b, g = adv.shape
     rows = np.arange(b * g)
-    return {"tokens": np.stack([rows, rows], 1), "advantages": adv.reshape(-1)}
+    rewards = adv if rewards_BG is None else np.asarray(rewards_BG, np.float32)
+    return {
+        "tokens": np.stack([rows, rows], 1),
+        "advantages": adv.reshape(-1),
+        "rewards": rewards.reshape(-1),
+    }
+
+
+def test_constant_fractional_reward_groups_count_as_zero_signal():
+    """Groups of one reward such as 1/3 (a mean over linked questions) carry no signal, whatever
+    rounding residue their advantages hold: the groups are judged on their rewards."""
+    g = 7
+    rewards = [[1 / 3] * g, [1 / 3] * (g - 1) + [1.0], [0.2] * g, [0.75] * g]
+    residue = [[0.0289] * g, [-0.4] * (g - 1) + [2.4], [0.0147] * g, [0.0] * g]
+    out, stats = keep_signal_groups(_batch(residue, rewards), group=g, quantum=1)
+    np.testing.assert_array_equal(out["tokens"][:, 0], np.arange(g, 2 * g))
+    assert stats == {"kept_groups_frac": 0.25}
+    out, stats = signal_first_groups(_batch(residue, rewards), group=g, keep=2)
+    np.testing.assert_array_equal(out["tokens"][:, 0], np.arange(2 * g))  # group 1, then 0
+    assert stats == {"signal_groups_frac": 0.5}
+
+
+@pytest.mark.parametrize("value, g", [(1 / 3, 7), (1 / 5, 8), (3 / 4, 12), (2 / 3, 12)])
+def test_pack_rollout_gives_constant_groups_zero_advantages_and_no_signal(value, g):
+    rows = [
+        Completion("", np.array([5, 6], np.int32), np.array([7], np.int32), np.zeros(1), True)
+        for _ in range(2 * g)
+    ]
+    groups = [rows[:g], rows[g:]]
+    rewards = np.array([[value] * g, [value] * (g - 1) + [1.0]], np.float32)
+    batch, stats = pack_rollout(groups, rewards, response_width=2, pad_id=0)
+    np.testing.assert_array_equal(batch["advantages"][:g], 0.0)
+    assert np.all(batch["advantages"][g:] != 0)
+    assert stats["zero_signal_frac"] == 0.5
+    _, kept = keep_signal_groups(batch, group=g, quantum=1)
+    assert kept == {"kept_groups_frac": 0.5}
+
+
+def test_a_batch_without_rewards_is_refused():
+    batch = _batch([[1, -1]])
+    del batch["rewards"]
+    with pytest.raises(ValueError, match="'rewards'"):
+        keep_signal_groups(batch, group=2, quantum=1)
 
 
 def test_keeps_signal_groups_and_fills_to_the_quantum_in_rollout_order():

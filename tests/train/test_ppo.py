@@ -4,9 +4,52 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
-from memr1.train import mesh, ppo, state
+from memr1.train import critic, mesh, ppo, state
 from tests.train import tiny
+
+
+def _flat(params) -> dict:
+    return {p: v.get_value() for p, v in nnx.to_flat_state(params)}
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_critic_starts_from_the_policy_without_its_lm_head(tied):
+    """verl's start: the critic's trunk is a copy of the policy's weights (in buffers of its own:
+    the state is donated), without an LM head, and the zero value head makes every value 0."""
+    cfg = tiny.CFG.replace(tie_embeddings=tied)
+    m = mesh.build_mesh(1, 1, 1)
+    setup, s0 = state.create_train_state(m, cfg, seed=1, critic_cfg=cfg)
+    policy, value = _flat(s0.params), _flat(s0.critic_params)
+    trunk = {p[1:]: v for p, v in value.items() if p[0] == "trunk"}
+    assert set(trunk) == set(policy) - {("lm_head",)}
+    assert ("lm_head",) in policy or tied
+    for path, x in trunk.items():
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(policy[path]), err_msg=str(path))
+        assert x.sharding == policy[path].sharding, path
+        assert x.unsafe_buffer_pointer() != policy[path].unsafe_buffer_pointer(), path
+    assert set(value) - {("trunk", *p) for p in trunk} == {("head",), ("bias",)}
+    np.testing.assert_array_equal(np.asarray(value[("head",)]), 0.0)
+    assert float(value[("bias",)]) == 0.0
+    batch = tiny.grpo_batch()
+    values = critic.critic_values(
+        setup.critic_graphdef, s0.critic_params, batch["tokens"], batch["valid"]
+    )
+    np.testing.assert_array_equal(np.asarray(values), 0.0)
+
+
+def test_the_critic_trunk_takes_its_own_dtype_and_refuses_another_size():
+    m = mesh.build_mesh(1, 1, 1)
+    half = tiny.CFG.replace(param_dtype="bfloat16")
+    _, s0 = state.create_train_state(m, tiny.CFG, critic_cfg=half)
+    got = s0.critic_params["trunk"]["embed"][...]
+    assert got.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(got, s0.params["embed"][...].astype(jnp.bfloat16))
+    with pytest.raises(ValueError, match="cannot start from the policy.*layers/0/mlp"):
+        state.create_train_state(m, tiny.CFG, critic_cfg=tiny.CFG.replace(d_ff=64))
+    with pytest.raises(ValueError, match="critic_from_policy=False"):
+        state.create_train_state(m, tiny.CFG, critic_cfg=tiny.CFG, critic_params=s0.critic_params)
 
 
 def test_reward_sits_on_each_rows_last_response_token():
@@ -66,3 +109,23 @@ def test_ppo_without_a_critic_is_refused_before_compute(policy):
         ppo.make_ppo_prepare(setup)
     with pytest.raises(ValueError, match="has none"):
         ppo.make_ppo_step(setup)
+
+
+def test_ppo_config_reads_the_train_section():
+    from configs.base import train_section
+
+    t = train_section("answer", "ppo")
+    defaults = ppo.PPOConfig.from_train_config(t)
+    assert (defaults.gamma, defaults.lam) == (1.0, 1.0)  # verl's defaults
+    assert ppo.PPOConfig().lam == 1.0
+    t.update(clip_eps=0.3, kl_beta=0.01, kl_estimator="k2", temperature=0.7, n_micro=2)
+    t.update(gamma=0.99, lam=0.95)
+    cfg = ppo.PPOConfig.from_train_config(t)
+    got = {k: getattr(cfg, k) for k in ("clip_eps", "kl_beta", "kl_estimator", "temperature")}
+    assert got == {"clip_eps": 0.3, "kl_beta": 0.01, "kl_estimator": "k2", "temperature": 0.7}
+    assert (cfg.n_micro, cfg.gamma, cfg.lam) == (2, 0.99, 0.95)
+    t.lam = 1.5
+    with pytest.raises(ValueError, match=r"train\.lam"):
+        ppo.PPOConfig.from_train_config(t)
+    with pytest.raises(ValueError, match=r"train\.kl_estimator"):
+        ppo.PPOConfig(kl_estimator="k4")
