@@ -168,7 +168,11 @@ class Transformer(nnx.Module):
     ) -> tuple[jax.Array, KVCache | None]:
         """Returns the final hidden states [B, T, D] (after the final norm) and the new cache."""
         dt = self.cfg.jnp_dtype
-        x_BTD = jnp.take(self.embed[...], tokens_BT, axis=0).astype(dt)
+        # Ids outside the table are clamped into it rather than read as NaN (jnp.take's default):
+        # padding may hold a pad id past `vocab_size` (some tokenizers add one), and padded
+        # positions are masked, so their embedding never reaches a real token. Real tokens are
+        # checked at the host boundary (`memr1.models.vocab.check_token_ids`).
+        x_BTD = jnp.take(self.embed[...], tokens_BT, axis=0, mode="clip").astype(dt)
         x_BTD = constrain(x_BTD, ("batch", "length", "embed"))
         if self.cfg.scan_layers and cache is None:
             return self.final_norm(self._scan_blocks(x_BTD, positions_BT, mask_BTS)), None
