@@ -16,8 +16,10 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from memr1.models import transformer
+from memr1.models.config import get_size
 from memr1.sampling.layout import decode_dtype, decode_spec, rollout_params, row_sharding
 from tests.sampling.reference import TEST_CFG
+from tests.tool import load_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,6 +54,21 @@ def test_rollout_params_casts_once_and_copies_nothing_already_laid_out():
         assert decoded.dtype == np.dtype("bfloat16")
         np.testing.assert_array_equal(np.asarray(decoded), np.asarray(master.astype("bfloat16")))
     assert row_sharding(copy, 8) is None  # one device decodes every row
+
+
+def test_memory_estimate_counts_the_decode_copy_whole_and_frozen_copies_in_bf16():
+    tool = load_tool("memory_estimate")
+    n = transformer.count_params(transformer.abstract_model(get_size("tiny"))[1])
+    for setup, devices in (("1x141GB", 1), ("8x80GB-fsdp", 8)):
+        est = tool.estimate("tiny", setup, tool.Workload())
+        assert est["rollout"]["decode_copy"] == 2 * n  # bf16, whole on every device
+        per_device = est["params_per_device"]
+        # float32 master weights in FSDP shards (norms and biases are whole on every device).
+        assert est["params"] == 4 * per_device
+        assert per_device == n if devices == 1 else per_device < n / 4
+        assert est["reference"] == est["answer_agent"] == 2 * per_device  # bf16, in shards
+        rollout = est["rollout"]
+        assert rollout["total"] == 2 * n + rollout["kv_cache"] + rollout["prefill_attention"]
 
 
 @pytest.mark.slow
