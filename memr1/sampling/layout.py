@@ -17,6 +17,7 @@ Per device it costs params × compute bytes / tensor (`tools/memory_estimate.py`
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 import jax
@@ -24,6 +25,8 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
 from memr1.models.config import ModelConfig
+
+log = logging.getLogger(__name__)
 
 ROW_AXES = ("data", "fsdp")  # mesh axes that hold different rows; weights are whole across them
 
@@ -111,9 +114,9 @@ def _layout_fn(src: tuple, dst: tuple, kinds: tuple, dtype: str):
 
 
 def row_sharding(params: Any, rows: int) -> NamedSharding | None:
-    """How a decode batch of `rows` rows is split: over data × fsdp when `params` are a decode
-    copy on a mesh with more than one such device and the rows divide evenly; else None
-    (every device decodes every row)."""
+    """How a decode batch of `rows` prompts is split: over data × fsdp when `params` are a
+    decode copy on a mesh with more than one such device and the prompts divide evenly; else
+    None (every device decodes every row; logged once when only the division fails)."""
     leaves = jax.tree.leaves(params)
     first = leaves[0].sharding if leaves else None
     if not isinstance(first, NamedSharding):
@@ -122,10 +125,24 @@ def row_sharding(params: Any, rows: int) -> NamedSharding | None:
     if not set(ROW_AXES) <= set(mesh.axis_names):
         return None
     n = mesh.shape["data"] * mesh.shape["fsdp"]
-    if n == 1 or rows % n:
+    if n == 1:
         return None
     for x in leaves:
         spec = getattr(x.sharding, "spec", PartitionSpec())
         if decode_spec(spec) != spec:
             return None  # training shards: rows stay whole rather than gathering weights
+    if rows % n:
+        _warn_whole_rows(rows, n)
+        return None
     return NamedSharding(mesh, PartitionSpec(ROW_AXES))
+
+
+@functools.cache
+def _warn_whole_rows(rows: int, devices: int) -> None:
+    log.warning(
+        "%d prompts per sampler call do not split over the %d data x fsdp devices: every device "
+        "decodes every row (set agents.batch_size to a multiple of %d)",
+        rows,
+        devices,
+        devices,
+    )

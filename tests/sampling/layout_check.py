@@ -12,7 +12,8 @@ What is checked, for a float32-master / bfloat16-compute model:
 - the decode loop over that copy (fsdp = 8, and tensor = 2 beside fsdp = 4) gathers and converts
   no weight-sized array, and each device holds only its own rows of the KV cache;
 - the same loop over the training shards does not pass these checks (so they can fail);
-- tokens and log-probs decoded from the copy on three meshes equal one device's.
+- tokens and log-probs decoded from the copy on three meshes equal one device's; prompts that
+  do not split over data × fsdp stay whole on every device, with a warning.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ os.environ["XLA_FLAGS"] = (
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import contextlib  # noqa: E402
 import json  # noqa: E402
+import logging  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import jax  # noqa: E402
@@ -44,6 +47,7 @@ from memr1.sampling.layout import (  # noqa: E402
     decode_spec,
     lower_rollout_params,
     rollout_params,
+    row_sharding,
 )
 from memr1.train import mesh, state  # noqa: E402
 from tests.sampling.hlo_text import Module, elements  # noqa: E402
@@ -183,13 +187,32 @@ def check_outputs() -> dict:
         m = mesh.build_mesh(*shape, model_cfgs=[cfg])
         setup, _ = state.create_train_state(m, cfg, materialize=False)
         params = jax.device_put(s1.params, setup.param_shardings)  # the training shards
-        out = sampler.generate(rollout_params(params, cfg), PROMPTS, **kw)
+        copy = rollout_params(params, cfg)
+        out = sampler.generate(copy, PROMPTS, **kw)
         np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(ref.tokens))
         np.testing.assert_array_equal(np.asarray(out.lengths), np.asarray(ref.lengths))
         diff = float(np.abs(np.asarray(out.logprobs) - np.asarray(ref.logprobs)).max())
         assert diff < 1e-5, (shape, diff)
         diffs["x".join(map(str, shape))] = diff
+        assert row_sharding(copy, 8) is not None and row_sharding(params, 8) is None
+    with _warnings() as seen:  # rows that do not split: whole on every device, and said so
+        assert row_sharding(copy, 9) is None
+    assert "9 prompts per sampler call do not split over the 4 data x fsdp" in "".join(seen)
     return {"logprob_max_diff": diffs}
+
+
+@contextlib.contextmanager
+def _warnings():
+    """Collects the layout module's log messages."""
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logger = logging.getLogger("memr1.sampling.layout")
+    logger.addHandler(handler)
+    try:
+        yield seen
+    finally:
+        logger.removeHandler(handler)
 
 
 def main() -> None:
