@@ -16,12 +16,18 @@ uses (`memr1.sharding.DEFAULT_RULES`), and the rest is arithmetic on the model's
 Per device, the estimate is
 
   resident = params (float32 master) + AdamW moments + bfloat16 compute copy + reference (bf16)
-             [+ the frozen Answer Agent in the manager stage, stored like the policy]
+             [+ the frozen Answer Agent in the manager stage, bf16, sharded like the policy]
   update   = gradients + float32 accumulator (gradient accumulation) + activations
-  rollout  = KV cache of the rollout rows + one layer's prefill attention
+  rollout  = decode copy + KV cache of the rollout rows + one layer's prefill attention
   total    = resident + max(update, rollout)
 
-because the rollout and the update alternate and share only the resident state. Activations
+because the rollout and the update alternate and share only the resident state. The decode copy
+is the bf16 copy of the weights a rollout samples from (`memr1.sampling.layout.rollout_params`):
+whole on every device of the data x fsdp axes, split only over the tensor axis, so each device
+decodes its own share of the rows. It lives for one sampler call (`TextPolicy.complete`); in
+the manager stage the frozen Answer Agent's copy is made after the policy's is dropped, so one
+exists at a time. The rows of the KV cache are divided over data x fsdp, as the sampler splits
+them. Activations
 assume the trainer's per-block remat: every block's input is kept in bf16, and one block is
 recomputed at a time in the backward pass. That block's attention scores are materialised as
 [rows, heads, T, T] (memr1 has no flash attention), at about 12 bytes per score (float32 scores
@@ -159,16 +165,35 @@ def activation_bytes(cfg, mesh: dict[str, int], w: Workload, compute_bytes: int)
     }
 
 
-def rollout_bytes(cfg, mesh: dict[str, int], w: Workload, compute_bytes: int) -> dict:
-    """Per-device KV cache of the decode rows plus the largest prefill temporary."""
+def rollout_bytes(
+    cfg, mesh: dict[str, int], w: Workload, compute_bytes: int, params, weight_bytes: int
+) -> dict:
+    """Per-device decode copy of `params` (`weight_bytes` an element), KV cache of the decode
+    rows and the largest prefill temporary."""
     tp, rows_axes = mesh["tensor"], mesh["data"] * mesh["fsdp"]
+    # The decode copy: split over the tensor axis only (`memr1.sampling.layout.decode_spec`).
+    decode_bytes, _ = shard_bytes({"data": 1, "fsdp": 1, "tensor": tp}, params)
+    decode = decode_bytes // params_itemsize(params) * weight_bytes
     prompts = -(-w.rollout_prompts // rows_axes)
     rows = -(-w.rollout_prompts * w.group // rows_axes)
     kv_per_token = cfg.n_layers * 2 * (cfg.n_kv_heads // tp) * cfg.head_dim * compute_bytes
     kv = rows * (w.prompt + w.response) * kv_per_token
     # Prefill without gradients: float32 scores and bf16 probabilities of one layer.
     prefill = prompts * (cfg.n_heads // tp) * w.prompt**2 * 6
-    return {"kv_cache": kv, "prefill_attention": prefill, "total": kv + prefill}
+    return {
+        "decode_copy": decode,
+        "kv_cache": kv,
+        "prefill_attention": prefill,
+        "total": decode + kv + prefill,
+    }
+
+
+def params_itemsize(params) -> int:
+    """Bytes per element of a parameter tree stored in one dtype."""
+    import jax
+
+    (size,) = {leaf.dtype.itemsize for leaf in jax.tree.leaves(params)}
+    return size
 
 
 def estimate(size: str, setup: str, w: Workload = Workload(), margin: float = 0.1) -> dict:
@@ -193,13 +218,17 @@ def estimate(size: str, setup: str, w: Workload = Workload(), margin: float = 0.
     t_elems = t_bytes // p_item  # of which trained (all of them without LoRA)
     # The compute copy exists only when the storage and compute dtypes differ.
     compute_copy = elems * c_item if w.param_dtype != w.compute_dtype else 0
-    reference = elems * 2 if w.kl_beta > 0 else 0
+    # Frozen copies (reference, Answer Agent) and the decode copy are kept in the compute dtype,
+    # or the storage dtype where it is narrower (`memr1.sampling.layout.decode_dtype`).
+    f_item = min(p_item, c_item)
+    reference = elems * f_item if w.kl_beta > 0 else 0
     # The frozen Answer Agent is a plain model (a LoRA checkpoint is merged when loaded).
-    partner = (p_bytes - (t_bytes if w.lora_rank else 0)) if w.stage == "manager" else 0
+    plain = elems - (t_elems if w.lora_rank else 0)
+    partner = plain * f_item if w.stage == "manager" else 0
     grads = t_elems * p_item
     accum = t_elems * 4 if w.grad_accum else 0  # accumulated in float32 whatever the dtype
     act = activation_bytes(cfg, mesh, w, c_item)
-    roll = rollout_bytes(cfg, mesh, w, c_item)
+    roll = rollout_bytes(cfg, mesh, w, c_item, params, f_item)
     resident = p_bytes + o_bytes + compute_copy + reference + partner
     update = grads + accum + act["total"]
     total = resident + max(update, roll["total"])
@@ -233,7 +262,7 @@ def estimate(size: str, setup: str, w: Workload = Workload(), margin: float = 0.
 
 def format_table(rows: list[dict]) -> str:
     cols = ("size", "setup", "params", "adamw", "bf16", "ref", "agent", "grads", "accum", "act")
-    cols += ("rollout", "total", "device", "fits")
+    cols += ("decode", "rollout", "total", "device", "fits")
     lines = [cols]
     for r in rows:
         gib = lambda n: f"{n / GIB:.1f}"
@@ -249,6 +278,7 @@ def format_table(rows: list[dict]) -> str:
                 gib(r["grads"]),
                 gib(r["grad_accum"]),
                 gib(r["activations"]["total"]),
+                gib(r["rollout"]["decode_copy"]),
                 gib(r["rollout"]["total"]),
                 gib(r["total"]),
                 gib(r["capacity"]),
@@ -303,7 +333,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{w.stage} stage" + (f", LoRA rank {w.lora_rank}" if w.lora_rank else "")
     )
     print(format_table(rows))
-    print("total = params + adamw + bf16 + ref + agent + max(grads + accum + act, rollout)")
+    print(
+        "total = params + adamw + bf16 + ref + agent + max(grads + accum + act, rollout); "
+        "rollout = decode + KV cache + prefill"
+    )
     if args.json:
         # Written under a temporary name and renamed, so a reader never sees half a file.
         tmp = args.json.with_name(f".{args.json.name}.tmp-{os.getpid()}")

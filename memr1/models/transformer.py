@@ -168,7 +168,11 @@ class Transformer(nnx.Module):
     ) -> tuple[jax.Array, KVCache | None]:
         """Returns the final hidden states [B, T, D] (after the final norm) and the new cache."""
         dt = self.cfg.jnp_dtype
-        x_BTD = jnp.take(self.embed[...], tokens_BT, axis=0).astype(dt)
+        # Ids outside the table are clamped into it rather than read as NaN (jnp.take's default):
+        # padding may hold a pad id past `vocab_size` (some tokenizers add one), and padded
+        # positions are masked, so their embedding never reaches a real token. Real tokens are
+        # checked at the host boundary (`memr1.models.vocab.check_token_ids`).
+        x_BTD = jnp.take(self.embed[...], tokens_BT, axis=0, mode="clip").astype(dt)
         x_BTD = constrain(x_BTD, ("batch", "length", "embed"))
         if self.cfg.scan_layers and cache is None:
             return self.final_norm(self._scan_blocks(x_BTD, positions_BT, mask_BTS)), None
@@ -250,6 +254,23 @@ def init_model(cfg: ModelConfig, seed: int = 0) -> tuple[nnx.GraphDef, nnx.State
 def abstract_model(cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State]:
     """Shapes and dtypes of the parameters, without allocating them (for counts and sharding)."""
     return nnx.split(nnx.eval_shape(lambda: Transformer(cfg, nnx.Rngs(params=0))))
+
+
+def without_remat(graphdef: nnx.GraphDef, params: Any) -> nnx.GraphDef:
+    """The same model's graph definition with `cfg.remat` off (parameters and scan_layers kept).
+
+    Remat only matters where gradients are taken; the sampler's decode loop must not run
+    `nnx.remat`, which refuses the loop body's parameters (they come from the enclosing trace).
+    `params` (arrays, tracers or ShapeDtypeStructs) only serve to rebuild the module tree.
+    """
+    model = nnx.merge(graphdef, params)
+    changed = False
+    for _, module in nnx.iter_modules(model):
+        cfg = getattr(module, "cfg", None)
+        if isinstance(cfg, ModelConfig) and cfg.remat:
+            module.cfg = cfg.replace(remat=False)
+            changed = True
+    return nnx.graphdef(model) if changed else graphdef
 
 
 def count_params(params: Any) -> int:

@@ -6,7 +6,8 @@ each completion next to its text, so an RL stage can train on exactly the tokens
 sampled without re-tokenising the decoded text.
 
 Batches are padded to a fixed number of rows (`batch_size`) so that the sampler compiles one
-program per prompt-length bucket, not one per batch size.
+program per prompt-length bucket, not one per batch size. A `batch_size` that the mesh's
+data × fsdp devices divide lets each device decode only its own rows.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 
 from memr1.agents.prompts import Message, to_prompt_text
 from memr1.models.config import ModelConfig
-from memr1.sampling import Sampler
+from memr1.sampling import Sampler, rollout_params
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,8 +118,13 @@ class TextPolicy:
         num_samples: int = 1,
         params: Any = None,
     ) -> list[list[Completion]]:
-        """Like `complete`, for prompts already tokenised as (ids, truncated) pairs."""
-        params = self.params if params is None else params
+        """Like `complete`, for prompts already tokenised as (ids, truncated) pairs.
+
+        The prompts are decoded from one copy of the weights laid out for decoding (compute
+        dtype, whole on every data × fsdp device: `memr1.sampling.layout.rollout_params`), made
+        once per call and dropped when it returns; weights already so laid out are used as is.
+        """
+        params = rollout_params(self.params if params is None else params, self.cfg)
         out: list[list[Completion]] = []
         for start in range(0, len(prompts), self.batch_size):
             chunk = list(prompts[start : start + self.batch_size])

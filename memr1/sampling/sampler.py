@@ -16,6 +16,14 @@ G samples per prompt: the prompts are prefilled once ([B, P]) and the cache is t
 times while it is copied into the [B*G, S] decode cache, which has to be written anyway. This does
 1/G of the prefill work of repeating the prompts first, and costs nothing extra in memory beyond
 the small [B, P] prefill cache. Row r of every output holds sample r % G of prompt r // G.
+
+The sampler runs the model without remat (`transformer.without_remat`): remat only pays where
+gradients are taken, and `nnx.remat` cannot run inside the decode loop. Given a decode copy of
+the weights (`memr1.sampling.layout.rollout_params`), each device decodes its own rows; the
+outputs come back replicated, so every process can read them.
+
+Padding: `pad_id` may lie outside the model's vocabulary (the model clamps ids into its table and
+padded positions are masked); a real prompt token outside it raises `OutOfVocabError`.
 """
 
 from __future__ import annotations
@@ -31,7 +39,9 @@ import numpy as np
 from memr1.models import transformer
 from memr1.models.config import ModelConfig
 from memr1.models.masks import causal_mask, positions_from_valid
+from memr1.models.vocab import check_token_ids
 from memr1.sampling import stopping
+from memr1.sampling.layout import row_sharding
 from memr1.sampling.logits_processing import choose_tokens
 
 PromptBatch = Sequence[Sequence[int]] | np.ndarray
@@ -103,7 +113,14 @@ class Sampler:
         self.cache_dtype = jnp.dtype(cache_dtype or cfg.jnp_dtype)
         self._jitted = jax.jit(
             self._generate,
-            static_argnames=("num_samples", "max_new_tokens", "greedy", "top_k", "use_top_p"),
+            static_argnames=(
+                "num_samples",
+                "max_new_tokens",
+                "greedy",
+                "top_k",
+                "use_top_p",
+                "row_split",
+            ),
         )
 
     def bucket(self, length: int) -> int:
@@ -152,6 +169,40 @@ class Sampler:
         Returns:
           SampleOutput with B * G rows.
         """
+        args, static = self._arguments(
+            params,
+            prompt_tokens,
+            key=key,
+            max_new_tokens=max_new_tokens,
+            num_samples=num_samples,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            eos_ids=eos_ids,
+            stop_sequences=stop_sequences,
+        )
+        return self._jitted(*args, **static)
+
+    def lower(self, params: Any, prompt_tokens: PromptBatch, **kwargs) -> jax.stages.Lowered:
+        """The program `generate` would run for these arguments, lowered (for HLO inspection)."""
+        args, static = self._arguments(params, prompt_tokens, **kwargs)
+        return self._jitted.lower(*args, **static)
+
+    def _arguments(
+        self,
+        params,
+        prompt_tokens,
+        *,
+        key,
+        max_new_tokens,
+        num_samples=1,
+        temperature=1.0,
+        top_k=None,
+        top_p=None,
+        eos_ids=(),
+        stop_sequences=(),
+    ) -> tuple[tuple, dict]:
+        """Checks `generate`'s arguments; returns the jitted program's (arguments, static ones)."""
         lengths = [len(np.asarray(p).reshape(-1)) for p in prompt_tokens]
         if not lengths:
             raise ValueError("generate() needs at least one prompt")
@@ -172,9 +223,13 @@ class Sampler:
         if top_k is not None and not 0 < top_k <= self.cfg.vocab_size:
             raise ValueError(f"top_k must be in [1, {self.cfg.vocab_size}], got {top_k}")
         greedy = temperature == 0.0
+        for b, prompt in enumerate(prompt_tokens):
+            check_token_ids(
+                np.asarray(prompt).reshape(-1), None, self.cfg.vocab_size, f"prompt {b}"
+            )
         tokens, valid = left_pad(prompt_tokens, self.bucket(max(lengths)), self.pad_id)
         stops = stopping.make_stop_set(eos_ids, stop_sequences)
-        return self._jitted(
+        args = (
             params,
             tokens,
             valid,
@@ -182,12 +237,16 @@ class Sampler:
             np.float32(temperature if not greedy else 1.0),
             np.float32(top_p if top_p is not None else 1.0),
             stops,
+        )
+        static = dict(
             num_samples=int(num_samples),
             max_new_tokens=int(max_new_tokens),
             greedy=greedy,
             top_k=None if greedy else top_k,
             use_top_p=not greedy and top_p is not None and top_p < 1.0,
+            row_split=row_sharding(params, len(lengths)),
         )
+        return args, static
 
     # ------------------------------------------------------------------------------------------
     # The compiled program.
@@ -208,17 +267,21 @@ class Sampler:
         greedy: bool,
         top_k: int | None,
         use_top_p: bool,
+        row_split: jax.sharding.NamedSharding | None,
     ) -> SampleOutput:
         cfg, g, new = self.cfg, num_samples, max_new_tokens
         b, p = prompt_BP.shape
         rows = b * g
         # The last generated token is never fed back, so the cache needs P + new - 1 slots.
         s = p + new - 1
+        graphdef = transformer.without_remat(self.graphdef, params)
+        split = _splitter(row_split)
+        prompt_BP, valid_BP = split(prompt_BP), split(valid_BP)
 
         # Prefill once per prompt into a P-slot cache, then copy it G times into the decode cache.
         cache = transformer.init_cache(cfg, b, p, self.cache_dtype)
         h_BPD, cache = transformer.forward(
-            self.graphdef,
+            graphdef,
             params,
             prompt_BP,
             positions_from_valid(valid_BP),
@@ -226,9 +289,9 @@ class Sampler:
             cache,
             0,
         )
-        logits_BV = transformer.logits_fn(self.graphdef, params, h_BPD[:, -1:])[:, 0]
+        logits_BV = transformer.logits_fn(graphdef, params, h_BPD[:, -1:])[:, 0]
         pad_slots = ((0, 0), (0, 0), (0, s - p), (0, 0))  # cache is [B, K, S, N]
-        cache = jax.tree.map(lambda x: jnp.pad(jnp.repeat(x, g, axis=0), pad_slots), cache)
+        cache = jax.tree.map(lambda x: split(jnp.pad(jnp.repeat(x, g, axis=0), pad_slots)), cache)
 
         # Every generated slot is valid for the rows' own queries; causality (slot <= the current
         # one) is applied per step with one [S] comparison, so no [B, S, S] mask is rebuilt.
@@ -274,7 +337,7 @@ class Sampler:
             slot = p + i - 1  # where the token generated at step i - 1 is written
             mask_R1S = (valid_RS & (jnp.arange(s) <= slot)[None, :])[:, None, :]
             h_R1D, cache = transformer.forward(
-                self.graphdef,
+                graphdef,
                 params,
                 token_R[:, None],
                 (prompt_len_R + i - 1)[:, None],
@@ -282,7 +345,8 @@ class Sampler:
                 cache,
                 slot,
             )
-            logits_RV = transformer.logits_fn(self.graphdef, params, h_R1D)[:, 0]
+            cache = jax.tree.map(split, cache)
+            logits_RV = transformer.logits_fn(graphdef, params, h_R1D)[:, 0]
             token_R, logp_R = choose(logits_RV, jax.random.fold_in(key, i))
             token_R, state = record(i, token_R, logp_R, state)
             return i + 1, cache, token_R, state
@@ -290,7 +354,7 @@ class Sampler:
         _, _, _, state = jax.lax.while_loop(cond, body, (jnp.int32(1), cache, token_R, state))
         tokens_RT, logps_RT, done_R, _, count_R = state
         prompt_RP = jnp.repeat(prompt_BP, g, axis=0)
-        return SampleOutput(
+        out = SampleOutput(
             tokens=tokens_RT,
             logprobs=logps_RT,
             lengths=count_R,
@@ -299,3 +363,24 @@ class Sampler:
             prompt_tokens=prompt_RP,
             prompt_mask=jnp.repeat(valid_BP, g, axis=0),
         )
+        if row_split is None:
+            return out
+        # Small outputs, gathered once: every process can read every row.
+        whole = jax.sharding.NamedSharding(row_split.mesh, jax.sharding.PartitionSpec())
+        return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, whole), out)
+
+
+def _splitter(row_split: jax.sharding.NamedSharding | None):
+    """Constrains an array's leading (row) axis to `row_split`, its other axes left free."""
+    if row_split is None:
+        return lambda x: x
+    spec = row_split.spec[0]
+
+    def split(x):
+        rest = (jax.sharding.PartitionSpec.UNCONSTRAINED,) * (x.ndim - 1)
+        sharding = jax.sharding.NamedSharding(
+            row_split.mesh, jax.sharding.PartitionSpec(spec, *rest)
+        )
+        return jax.lax.with_sharding_constraint(x, sharding)
+
+    return split

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 from absl import app, flags, logging
 from flax import nnx
 from ml_collections import config_flags
@@ -46,6 +45,7 @@ from memr1.models.tokenizer import load_tokenizer
 from memr1.pipeline import load
 from memr1.pipeline.policy import SamplingConfig
 from memr1.pipeline.setup import bank_spec, check_memory_config, ingest_and_answer_configs
+from memr1.sampling.layout import decode_dtype
 from memr1.train import grpo, loop, lora, mesh, ppo, rollout, sft, state
 from memr1.train.checkpoint import Checkpointer, restore_params
 from memr1.train.manager_reward import RewardEnv
@@ -141,7 +141,8 @@ def prepare_models(config, *, hf_dir, init_checkpoint=None, answer_checkpoint=No
     the backbone's own reference to the weights is dropped once the train state holds them, so
     training keeps no second full copy of them. The frozen answerer of the manager stage (a
     separate model, so its own copy) is restored, or copied from the backbone, into the same
-    shardings. A checkpoint from a LoRA run is merged into plain weights when it is loaded.
+    shardings, in the compute dtype (it is only sampled). A checkpoint from a LoRA run is merged
+    into plain weights when it is loaded.
     """
     t = config.train
     lora_cfg = lora.from_train_config(t)
@@ -161,12 +162,10 @@ def prepare_models(config, *, hf_dir, init_checkpoint=None, answer_checkpoint=No
     )
     answerer = None
     if config.algo != "sft" and config.stage == "manager":
-        if answer_checkpoint:
-            answerer = restore_params(answer_checkpoint, like)
-        else:  # the backbone's own weights, as a separate copy: the train state is donated
-            answerer = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=_shardings(like))(
-                backbone.params
-            )
+        # The backbone's own weights or a checkpoint's, only ever read in the compute dtype:
+        # kept as a copy in it (the train state is donated), cast in its shards.
+        answerer = restore_params(answer_checkpoint, like) if answer_checkpoint else backbone.params
+        answerer = state.frozen_copy(answerer, _shardings(like), decode_dtype(model_cfg))
     start, backbone.params = backbone.params, None
     if init_checkpoint:
         del start  # freed before the checkpoint's weights arrive

@@ -33,6 +33,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from memr1.models.config import ModelConfig
 from memr1.models.transformer import Transformer
+from memr1.sampling.layout import decode_dtype
 from memr1.sharding import DEFAULT_RULES, logical_to_spec
 from memr1.train.critic import ValueModel, trunk_from_policy
 
@@ -361,14 +362,25 @@ def create_train_state(
     return setup, state
 
 
-def make_reference(setup: TrainSetup, params: nnx.State, dtype: str | None = None) -> nnx.State:
-    """A frozen copy of the policy parameters for the KL term, sharded like the policy.
+def frozen_copy(params: Any, shardings: Any, dtype: Any) -> Any:
+    """A copy of `params` in `dtype` (cast shard by shard), placed by `shardings`.
 
-    It is a real copy: the train state is donated to every step, so sharing its buffers would
-    leave the reference pointing at freed memory. `dtype="bfloat16"` halves its memory.
+    For weights that are only ever read in the compute dtype (the KL reference, the frozen
+    Answer Agent): the model casts every weight to it inside each matmul, so a copy stored in it
+    computes exactly what the float32 original does at a fraction of the memory. It is a real
+    copy even in the same dtype: the train state is donated to every step, so sharing its
+    buffers would leave the copy pointing at freed memory.
     """
-    cast = (lambda x: jnp.copy(x)) if dtype is None else (lambda x: x.astype(dtype))
-    return jax.jit(lambda p: jax.tree.map(cast, p), out_shardings=setup.param_shardings)(params)
+    dt = jnp.dtype(dtype)
+    cast = lambda x: jnp.copy(x) if x.dtype == dt else x.astype(dt)
+    return jax.jit(lambda p: jax.tree.map(cast, p), out_shardings=shardings)(params)
+
+
+def make_reference(setup: TrainSetup, params: nnx.State, dtype: str | None = None) -> nnx.State:
+    """The frozen reference policy for the KL term: a copy of `params`, sharded like the policy,
+    in `dtype` (default: the compute dtype, `memr1.sampling.layout.decode_dtype`)."""
+    dtype = dtype or decode_dtype(setup.model_cfg)
+    return frozen_copy(params, setup.param_shardings, dtype)
 
 
 def step_key(rng: jax.Array, step: jax.Array | int, stream: int = 0) -> jax.Array:

@@ -30,6 +30,7 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding
 
+from memr1.models.vocab import check_token_ids
 from memr1.rl.logprobs import sequence_logprobs
 from memr1.sharding import logical_to_spec, use_mesh
 from memr1.train.state import (
@@ -84,7 +85,12 @@ def shard_batch(setup: TrainSetup, batch: Mapping[str, Any]) -> dict[str, jax.Ar
     """Places a host batch on the mesh (rows over data × fsdp).
 
     On several processes each one passes its own rows and they are stitched into global arrays.
+    Raises `OutOfVocabError` when a real token (`valid`) of `tokens` is outside the model's
+    vocabulary; padding may hold any id (the model clamps it, and it is masked).
     """
+    if "tokens" in batch and "valid" in batch:
+        vocab = setup.model_cfg.vocab_size
+        check_token_ids(batch["tokens"], batch["valid"], vocab, "batch field 'tokens'")
     sharding = batch_sharding(setup)
     divisor = setup.mesh.shape["data"] * setup.mesh.shape["fsdp"] // jax.process_count()
     for k, v in batch.items():

@@ -4,6 +4,7 @@ import jax
 import numpy as np
 import pytest
 
+from memr1.models.vocab import OutOfVocabError
 from memr1.sampling import Sampler
 from tests.sampling.reference import TEST_CFG, naive_greedy, noisy_model, trainer_logprobs
 
@@ -145,3 +146,24 @@ def test_rejects_bad_arguments(model, sampler):
         sampler.generate(model[1], PROMPTS, key=jax.random.key(0), max_new_tokens=2, top_p=0.0)
     with pytest.raises(ValueError, match="max_position"):
         sampler.generate(model[1], PROMPTS, key=jax.random.key(0), max_new_tokens=510)
+
+
+@pytest.mark.parametrize("pad", [TEST_CFG.vocab_size, TEST_CFG.vocab_size + 999])
+def test_a_pad_id_outside_the_vocabulary_changes_no_row(model, sampler, pad):
+    """Tokenizers may add a pad id past vocab_size; left padding and finished rows hold it."""
+    kw = dict(key=jax.random.key(5), max_new_tokens=NEW, num_samples=2, temperature=1.0)
+    kw["eos_ids"] = [7, 11, 30]  # some rows end early and feed the pad back in
+    ref = sampler.generate(model[1], PROMPTS, **kw)
+    out = Sampler(TEST_CFG, model[0], pad_id=pad).generate(model[1], PROMPTS, **kw)
+    mask = np.asarray(ref.mask)
+    assert not mask.all(), "no row ended early: the test would not feed a pad back"
+    np.testing.assert_array_equal(np.asarray(out.lengths), np.asarray(ref.lengths))
+    np.testing.assert_array_equal(np.asarray(out.tokens)[mask], np.asarray(ref.tokens)[mask])
+    np.testing.assert_array_equal(np.asarray(out.logprobs), np.asarray(ref.logprobs))
+    assert (np.asarray(out.tokens)[~mask] == pad).all()
+
+
+def test_a_prompt_token_outside_the_vocabulary_is_a_named_error(model, sampler):
+    for bad in (TEST_CFG.vocab_size, -1):
+        with pytest.raises(OutOfVocabError, match=f"prompt 1: position 1 holds token id {bad}"):
+            sampler.generate(model[1], [[1, 2], [3, bad]], key=jax.random.key(0), max_new_tokens=2)

@@ -4,9 +4,9 @@
    logical names they inherit from their weights, and the base weights stay bitwise unchanged.
 2. The train command's model setup (`memr1.train.__main__.prepare_models`) places the train
    state and the manager stage's frozen answerer in their NamedShardings on the mesh (the HF
-   weights loaded straight into them, a LoRA answer checkpoint merged into them) and keeps no
-   reference of its own to the backbone's weights; under PPO the critic starts as a copy of
-   the backbone's weights, in its own shards.
+   weights loaded straight into them, a LoRA answer checkpoint merged into them; the answerer
+   in the compute dtype) and keeps no reference of its own to the backbone's weights; under PPO
+   the critic starts as a copy of the backbone's weights, in its own shards.
 Exits non-zero (an assertion) on any mismatch; prints one JSON line of measurements on success.
 """
 
@@ -146,6 +146,17 @@ def check_cli_setup(out: dict, tmp: Path) -> None:
         for x in jax.tree.leaves(models.answerer)
     }
     assert not policy_ptrs & answer_ptrs, "the answerer shares buffers with the train state"
+
+    # bfloat16 compute: the answerer, only ever sampled, is kept in it, in the same shards.
+    config = manager_config(0)
+    config.model.dtype = "bfloat16"
+    half = prepare_models(config, hf_dir=str(hf_dir))
+    assert_placed(half.answerer, half.setup.state_shardings.params, "bfloat16 answerer")
+    dtypes = {x.dtype for x in jax.tree.leaves(half.answerer)}
+    assert dtypes == {np.dtype("bfloat16")}, dtypes
+    cast = jax.tree.map(lambda x: x.astype("bfloat16"), hf_params)
+    assert tiny.leaves_equal(half.answerer, cast), "the answerer is not the backbone, cast"
+    assert {x.dtype for x in jax.tree.leaves(half.state.params)} == {np.dtype("float32")}
 
     # LoRA on; its checkpoint (adapters made non-zero) becomes the next run's frozen answerer.
     lora_models = prepare_models(manager_config(4), hf_dir=str(hf_dir))
