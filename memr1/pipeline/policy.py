@@ -119,6 +119,12 @@ class TextPolicy:
     ) -> list[list[Completion]]:
         """Like `complete`, for prompts already tokenised as (ids, truncated) pairs."""
         params = self.params if params is None else params
+        if not all(getattr(x, "is_fully_addressable", True) for x in jax.tree.leaves(params)):
+            # Each process of a multi-host run samples its own prompts, on its own devices.
+            raise ValueError(
+                f"{self.name}: the sampling parameters live partly on other processes' devices; "
+                "pass a process-local copy (memr1.train.multihost.local_replica)"
+            )
         out: list[list[Completion]] = []
         for start in range(0, len(prompts), self.batch_size):
             chunk = list(prompts[start : start + self.batch_size])
