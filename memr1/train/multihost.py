@@ -73,7 +73,11 @@ def process_key(key: jax.Array) -> jax.Array:
     """
     if jax.process_count() == 1:
         return key
-    host = jax.random.wrap_key_data(np.asarray(jax.random.key_data(key)))
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        data = np.asarray(jax.random.key_data(key))
+        host = jax.random.wrap_key_data(data, impl=jax.random.key_impl(key))
+    else:  # a raw uint32 key (jax.random.PRNGKey), as the train state holds
+        host = np.asarray(key)
     return jax.random.fold_in(host, jax.process_index())
 
 
