@@ -124,7 +124,14 @@ class TextPolicy:
         dtype, whole on every data × fsdp device: `memr1.sampling.layout.rollout_params`), made
         once per call and dropped when it returns; weights already so laid out are used as is.
         """
-        params = rollout_params(self.params if params is None else params, self.cfg)
+        params = self.params if params is None else params
+        if not all(getattr(x, "is_fully_addressable", True) for x in jax.tree.leaves(params)):
+            # Each process of a multi-host run samples its own prompts, on its own devices.
+            raise ValueError(
+                f"{self.name}: the sampling parameters live partly on other processes' devices; "
+                "pass a process-local copy (memr1.train.multihost.local_replica)"
+            )
+        params = rollout_params(params, self.cfg)
         out: list[list[Completion]] = []
         for start in range(0, len(prompts), self.batch_size):
             chunk = list(prompts[start : start + self.batch_size])

@@ -46,7 +46,7 @@ from memr1.pipeline import load
 from memr1.pipeline.policy import SamplingConfig
 from memr1.pipeline.setup import bank_spec, check_memory_config, ingest_and_answer_configs
 from memr1.sampling.layout import decode_dtype
-from memr1.train import grpo, loop, lora, mesh, ppo, rollout, sft, state
+from memr1.train import grpo, loop, lora, mesh, multihost, ppo, rollout, sft, state
 from memr1.train.checkpoint import Checkpointer, restore_params
 from memr1.train.manager_reward import RewardEnv
 from memr1.train.metrics_log import MetricsWriter, NonFiniteError
@@ -345,7 +345,8 @@ def train(
             # The frozen Answer Agent answers as evaluation does (memr1.train.manager_reward).
             answerer = load.make_policy(
                 models.answer_backbone,
-                models.answerer,
+                # Each process answers over its own states' banks, on its own devices.
+                multihost.local_replica(models.answerer),
                 batch_size=config.agents.batch_size,
                 max_prompt_tokens=config.agents.max_prompt_tokens,
                 name="frozen answerer",

@@ -15,6 +15,7 @@ import numpy as np
 from memr1.pipeline.policy import Completion
 from memr1.rl.advantages import grpo_advantages, has_reward_spread
 from memr1.sampling.sampler import default_bucket
+from memr1.train import multihost
 
 
 def pack_rollout(
@@ -24,9 +25,13 @@ def pack_rollout(
     response_width: int,
     pad_id: int,
     ddof: int = 1,
+    prompt_width: int | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
     """RL batch fields from B groups of G completions and their rewards: GRPO's (see
     memr1.train.grpo, group advantages included) plus `rewards` [B*G] for PPO's prepare.
+
+    Prompts are left-padded to `prompt_width` (default: the bucket of the longest prompt; the
+    processes of a multi-host step pass a common one, see `rollout_rows`).
 
     The sampler's per-token log-probs become `old_logp` (and `sampler_logp`, for the
     sampler-vs-trainer gap metric): the rollout policy's own probabilities under the full
@@ -36,7 +41,10 @@ def pack_rollout(
     g = len(groups[0])
     if any(len(group) != g for group in groups):
         raise ValueError("every group needs the same number of samples")
-    prompt_width = default_bucket(max(len(c.prompt_ids) for c in rows))
+    longest = max(len(c.prompt_ids) for c in rows)
+    prompt_width = default_bucket(longest) if prompt_width is None else prompt_width
+    if longest > prompt_width:
+        raise ValueError(f"a prompt of {longest} tokens does not fit prompt_width={prompt_width}")
     width = prompt_width + response_width
     n = len(rows)
     tokens = np.full((n, width), pad_id, np.int32)
@@ -62,6 +70,53 @@ def pack_rollout(
         "sampler_logp": logp,
     }
     return batch, {k: float(v) for k, v in stats.items()}
+
+
+def rollout_rows(
+    groups: Sequence[Sequence[Completion]],
+    rewards_BG: np.ndarray,
+    rollout_stats: dict[str, float],
+    *,
+    response_width: int,
+    pad_id: int,
+    group: int,
+    keep: int = 0,
+    quantum: int = 0,
+) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """This process's rows of an RL step's batch, and the step's metrics over all processes.
+
+    `groups` and `rewards_BG` [B/P, G] are this process's share of the step's states
+    (`multihost.process_slice`), `rollout_stats` its rollout's metrics. Rows are packed at the
+    prompt width of the step's longest prompt on any process, so that every process's rows have
+    one shape. Advantages are per group and a group never spans processes, so they are computed
+    here; PPO's whitening runs on the global batch inside its jitted prepare. Choosing groups
+    (`keep` > 0: `signal_first_groups`; `quantum` > 0: `keep_signal_groups`) is done on the whole
+    step's batch, gathered from every process, exactly as one process holding every row would
+    do it; each process then takes its own slice of the kept rows, so every process still feeds
+    as many rows as the others, and the choice does not depend on how the signal groups happen
+    to fall among the processes.
+
+    Returns:
+      (the batch fields of `pack_rollout` for this process's rows, the metrics: the rollout's
+      and `pack_rollout`'s over every process, plus the choices' own fractions).
+    """
+    longest = max(len(c.prompt_ids) for g in groups for c in g)
+    width = default_bucket(max(multihost.gather(longest)))
+    batch, stats = pack_rollout(
+        groups, rewards_BG, response_width=response_width, pad_id=pad_id, prompt_width=width
+    )
+    stats = multihost.mean_over_processes({**rollout_stats, **stats})
+    if keep or quantum:
+        full = multihost.gather_rows(batch)
+        if keep:
+            full, picked = signal_first_groups(full, group, keep)
+            stats.update(picked)
+        if quantum:
+            full, kept = keep_signal_groups(full, group, quantum)
+            stats.update(kept)
+        mine = multihost.process_slice(len(full["advantages"]), "kept rows")
+        batch = {k: v[mine] for k, v in full.items()}
+    return batch, stats
 
 
 def keep_signal_groups(

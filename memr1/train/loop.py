@@ -24,7 +24,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from memr1.train import batches
+from memr1.sampling.layout import rollout_params
+from memr1.train import batches, multihost
 from memr1.train.checkpoint import Checkpointer
 from memr1.train.metrics_log import (
     LaggedMetrics,
@@ -185,14 +186,17 @@ def run_sft(
     for step in bar:
         started = time.perf_counter()
         # -- data ---------------------------------------------------------------------------
+        # Every process computes the step's pairs and feeds its own slice of them; the padded
+        # length is the longest row's on any process (the global batch has one shape).
         idx = batch_indices(len(pairs), cfg.batch_size, step, cfg.seed)
-        need = max(len(pairs[i][0]) + len(pairs[i][1]) for i in idx)
+        idx = idx[multihost.process_slice(len(idx), "pairs a step (batch_size)")]
+        need = max(multihost.gather(max(len(pairs[i][0]) + len(pairs[i][1]) for i in idx)))
         padded = bucket_length(need, length)
         batch = sft_batch([pairs[i][0] for i in idx], [pairs[i][1] for i in idx], padded, pad_id)
         batch = with_faults(batch, step, cfg)
         # -- update -------------------------------------------------------------------------
         state, metrics = step_fn(state, shard_batch(setup, batch))
-        timing = (started, int(np.sum(batch["valid"])))
+        timing = (started, sum(multihost.gather(int(np.sum(batch["valid"])))))
         _finish_step(step, metrics, lag, writer, bar, cfg, checkpointer, state, timing)
     _flush(lag, writer, bar, cfg)
     return state
@@ -250,6 +254,10 @@ def run_rl(
     `batch_size` of their groups (`batches.signal_first_groups`); its reward metrics cover every
     sampled group.
 
+    On several processes each one rolls out its contiguous slice of the step's states with a
+    process-local copy of the weights and feeds its own rows to the update; group choices and
+    the logged metrics cover the whole step (`memr1.train.multihost`, `batches.rollout_rows`).
+
     `rollout(params, states, key) -> (groups, rewards [B, G], stats)`; `update` from
     `make_rl_update`.
     """
@@ -257,6 +265,7 @@ def run_rl(
     if writer is not None:
         writer.drop_from(start)
     lag = LaggedMetrics()
+    multihost.check_batch_axes(setup.mesh)
     devices = setup.mesh.shape["data"] * setup.mesh.shape["fsdp"]
     quantum = 0
     if cfg.drop_zero_signal:
@@ -265,23 +274,29 @@ def run_rl(
     for step in bar:
         started = time.perf_counter()
         # -- data ---------------------------------------------------------------------------
+        # Every process computes the step's states; each rolls out its own slice of them.
         idx = batch_indices(len(states), cfg.batch_size * cfg.oversample, step, cfg.seed)
-        chosen = [states[i] for i in idx]
+        mine = idx[multihost.process_slice(len(idx), "states a step (batch_size × oversample)")]
         # -- rollout + reward ---------------------------------------------------------------
-        groups, rewards, rstats = rollout(state.params, chosen, step_key(state.rng, step, 1))
-        batch, gstats = batches.pack_rollout(
-            groups, rewards, response_width=response_width, pad_id=pad_id
+        # The compute-dtype decode copy first, so that no process gathers float32 weights.
+        params = multihost.local_replica(rollout_params(state.params, setup.model_cfg))
+        key = multihost.process_key(step_key(state.rng, step, 1))
+        groups, rewards, rstats = rollout(params, [states[i] for i in mine], key)
+        del params  # the replica's memory is free before the update runs
+        batch, stats = batches.rollout_rows(
+            groups,
+            rewards,
+            rstats,
+            response_width=response_width,
+            pad_id=pad_id,
+            group=cfg.group_size,
+            keep=cfg.batch_size if cfg.oversample > 1 else 0,
+            quantum=quantum,
         )
-        if cfg.oversample > 1:
-            batch, picked = batches.signal_first_groups(batch, cfg.group_size, cfg.batch_size)
-            gstats = {**gstats, **picked}
-        if quantum:
-            batch, kept = batches.keep_signal_groups(batch, cfg.group_size, quantum)
-            gstats = {**gstats, **kept}
         # -- update -------------------------------------------------------------------------
         state, metrics = update(state, with_faults(batch, step, cfg))
-        metrics = {**metrics, **rstats, **gstats}
-        timing = (started, int(np.sum(batch["valid"])))
+        metrics = {**metrics, **stats}
+        timing = (started, sum(multihost.gather(int(np.sum(batch["valid"])))))
         _finish_step(step, metrics, lag, writer, bar, cfg, checkpointer, state, timing)
     _flush(lag, writer, bar, cfg)
     return state

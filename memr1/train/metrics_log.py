@@ -142,10 +142,17 @@ class MetricsWriter:
 
     The JSONL file is flushed after every line, so a crashed run keeps every step it logged.
     Non-finite values are written as the strings "nan" / "inf" / "-inf" (JSON has no NaN).
+
+    Multi-host: every process runs the same loop and logs the same step metrics (global means,
+    see `memr1.train.multihost`), so only process 0 writes; on the others a writer touches no
+    file and every method does nothing.
     """
 
     def __init__(self, logdir: str | os.PathLike, *, tensorboard: bool = True):
         self.logdir = os.fspath(logdir)
+        self.active = jax.process_index() == 0
+        if not self.active:
+            return
         os.makedirs(self.logdir, exist_ok=True)
         self._path = os.path.join(self.logdir, "metrics.jsonl")
         self._jsonl = open(self._path, "a", encoding="utf-8")
@@ -159,6 +166,8 @@ class MetricsWriter:
         leave a torn last line, which is dropped too. The file is replaced atomically, so a kill
         during the rewrite leaves either the old or the new file.
         """
+        if not self.active:
+            return 0
         self._jsonl.close()
         kept, dropped = [], 0
         with open(self._path, encoding="utf-8", errors="replace") as f:
@@ -184,6 +193,8 @@ class MetricsWriter:
     def write(self, step: int, metrics: Mapping[str, float], prefix: str = "train") -> None:
         """One record: `prefix/name` for each metric, or `name` itself when it already names its
         section (`time/step_s`, `perf/tokens_per_s`)."""
+        if not self.active:
+            return
         record = {"step": int(step)}
         for name, value in metrics.items():
             value = float(value)
@@ -195,6 +206,8 @@ class MetricsWriter:
         self._jsonl.flush()
 
     def close(self) -> None:
+        if not self.active:
+            return
         self._jsonl.close()
         if self._tb is not None:
             self._tb.close()
@@ -221,7 +234,9 @@ def progress(
 ) -> tqdm:
     """A tqdm bar over the steps, with rate and ETA; `initial` marks where a resumed run starts,
     so the ETA counts only the steps run in this process. Show metrics with
-    `bar.set_postfix(loss=..., ...)`; extra keyword arguments go to tqdm (file, disable, ...)."""
+    `bar.set_postfix(loss=..., ...)`; extra keyword arguments go to tqdm (file, disable, ...).
+    Of a multi-host run only process 0 shows its bar (the others iterate silently)."""
+    tqdm_kwargs.setdefault("disable", jax.process_index() != 0)
     return tqdm(
         iterable, total=total, initial=initial, desc=desc, dynamic_ncols=True, **tqdm_kwargs
     )
