@@ -1,10 +1,10 @@
 """XLA's temporary bytes of prefill and update with the einsum and the chunked attention kernels.
 
   python tools/attention_memory.py [--size qwen2.5-3b] [--layers 2] [--batch 2]
-                                   [--lengths 1024,4096] [--json OUT] [--machine TEXT]
+                                   [--lengths 1024,4096] [--vocab V] [--json OUT] [--machine TEXT]
 
 Compiles (never runs) two programs on one CPU device at the widths of `--size` (its vocabulary
-included) with `--layers` blocks and random bfloat16 compute, and prints
+unless `--vocab` is given) with `--layers` blocks and bfloat16 compute, and prints
 `compiled.memory_analysis().temp_size_in_bytes` for each attention kernel and prompt length:
 
   prefill  the sampler's prefill: `--batch` left-padded prompts of T tokens written into a
@@ -78,11 +78,15 @@ def update_temp_bytes(cfg, batch: int, length: int) -> int:
     return step.lower(abstract, tokens, valid).compile().memory_analysis().temp_size_in_bytes
 
 
-def measure(size: str, layers: int, batch: int, lengths: list[int], chunk: int) -> list[dict]:
+def measure(
+    size: str, layers: int, batch: int, lengths: list[int], chunk: int, vocab: int | None = None
+) -> list[dict]:
     """One row per (program, length): temporary bytes of each kernel and their ratio."""
     from memr1.models.config import get_size
 
     base = get_size(size, n_layers=layers, dtype="bfloat16", attention_chunk=chunk)
+    if vocab:
+        base = base.replace(vocab_size=vocab)
     programs = {
         "prefill": (prefill_temp_bytes, base.replace(param_dtype="bfloat16")),
         "update": (update_temp_bytes, base.replace(remat=True, scan_layers=True)),
@@ -115,12 +119,21 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=2, help="rows (prompts)")
     p.add_argument("--lengths", default="1024,4096", help="comma-separated tokens per row")
     p.add_argument("--chunk", type=int, default=None, help="attention_chunk (default: config's)")
+    p.add_argument(
+        "--vocab",
+        type=int,
+        default=None,
+        help="vocabulary size (default: the size's); XLA:CPU computes bfloat16 matmuls in "
+        "float32, so a real vocabulary adds a float32 copy of the embedding to every figure",
+    )
     p.add_argument("--json", type=Path, help="also write the table here")
     p.add_argument("--machine", default=platform.processor() or platform.machine())
     args = p.parse_args(argv)
     lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
     if not lengths or min(lengths) < 2 or args.layers < 1 or args.batch < 1:
         p.error("need lengths >= 2, --layers >= 1 and --batch >= 1")
+    if args.vocab is not None and args.vocab < 1:
+        p.error(f"--vocab {args.vocab}: must be >= 1")
 
     import jax
 
@@ -128,12 +141,13 @@ def main(argv=None) -> int:
     from memr1.models.config import get_size
 
     chunk = args.chunk or get_size(args.size).attention_chunk
+    vocab = args.vocab or get_size(args.size).vocab_size
     print(
-        f"{args.size} widths, {args.layers} layers, batch {args.batch}, chunk {chunk}, "
-        f"bf16 compute, jax {jax.__version__} on {jax.default_backend()}"
+        f"{args.size} widths, vocab {vocab}, {args.layers} layers, batch {args.batch}, "
+        f"chunk {chunk}, bf16 compute, jax {jax.__version__} on {jax.default_backend()}"
     )
     print(f"{'program':<8}{'T':>7}{'einsum':>16}{'chunked':>16}{'ratio':>10}")
-    rows = measure(args.size, args.layers, args.batch, lengths, chunk)
+    rows = measure(args.size, args.layers, args.batch, lengths, chunk, args.vocab)
     if args.json:
         out = {
             "date": datetime.date.today().isoformat(),

@@ -38,10 +38,10 @@ CFG = config.ModelConfig(
 WIDTH, PROMPT = 29, 13
 
 
-def _graphdefs(cfg):
-    """(einsum graphdef, chunked graphdef, params): the same weights under both kernels."""
+def _graphdefs(cfg, kernel: str = "chunked"):
+    """(einsum graphdef, `kernel` graphdef, params): the same weights under both kernels."""
     graphdef, params = transformer.init_model(cfg.replace(attention="einsum"), seed=3)
-    return graphdef, transformer.abstract_model(cfg.replace(attention="chunked"))[0], params
+    return graphdef, transformer.abstract_model(cfg.replace(attention=kernel))[0], params
 
 
 def _rows(rows: int = 4):
@@ -52,6 +52,14 @@ def _rows(rows: int = 4):
     for r, (pad, end) in enumerate([(0, WIDTH), (4, 20), (9, 25), (2, 15)][:rows]):
         valid[r, pad:end] = True
     return jnp.asarray(tokens), jnp.asarray(valid)
+
+
+def _grouped_rows():
+    """`_rows` as two GRPO groups of two rows, each group sharing its PROMPT columns."""
+    tokens, valid = _rows()
+    tokens = tokens.at[1, :PROMPT].set(tokens[0, :PROMPT]).at[3, :PROMPT].set(tokens[2, :PROMPT])
+    valid = valid.at[1, :PROMPT].set(valid[0, :PROMPT]).at[3, :PROMPT].set(valid[2, :PROMPT])
+    return tokens, valid
 
 
 def _rel(got, want) -> float:
@@ -67,8 +75,8 @@ def _loss_and_grads(fn, graphdef, params, *args, **kwargs):
     return jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
 
 
-def _assert_same_update(fn, cfg, tol, *args, **kwargs):
-    einsum_gd, chunked_gd, params = _graphdefs(cfg)
+def _assert_same_update(fn, cfg, tol, *args, kernel="chunked", **kwargs):
+    einsum_gd, chunked_gd, params = _graphdefs(cfg, kernel)
     (_, want), want_grads = _loss_and_grads(fn, einsum_gd, params, *args, **kwargs)
     (_, got), got_grads = _loss_and_grads(fn, chunked_gd, params, *args, **kwargs)
     assert _rel(got, want) < tol, f"log-probs differ by {_rel(got, want):.2e}"
@@ -85,11 +93,9 @@ def test_sequence_logprobs_and_gradients_match_einsum(dtype, tol):
 
 
 def test_grouped_logprobs_through_the_cache_match_einsum():
-    # Two groups of two rows sharing a prompt: the prompt pass writes a 29-slot cache (T=13 of
-    # S=29) and the responses extend it (T=16 queries at slots 13..28).
-    tokens, valid = _rows()
-    tokens = tokens.at[1, :PROMPT].set(tokens[0, :PROMPT]).at[3, :PROMPT].set(tokens[2, :PROMPT])
-    valid = valid.at[1, :PROMPT].set(valid[0, :PROMPT]).at[3, :PROMPT].set(valid[2, :PROMPT])
+    # The prompt pass writes a 29-slot cache (T=13 of S=29) and the responses extend it (T=16
+    # queries at slots 13..28).
+    tokens, valid = _grouped_rows()
     _assert_same_update(
         logprobs.grouped_logprobs, CFG, 1e-5, tokens, valid, group=2, prompt_width=PROMPT
     )
@@ -136,4 +142,23 @@ def test_chunked_prefill_needs_a_fraction_of_einsum_memory_at_3b_widths():
         f"chunked attention needs {temp['chunked']:,} bytes of temporaries against einsum's "
         f"{temp['einsum']:,}: the chunks no longer bound the scores (see "
         "memr1.models.attention.chunked_attention)"
+    )
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU (cuDNN)")
+def test_accelerator_update_with_cudnn_matches_einsum():
+    """cuDNN's backward with the mask as a [B, 1, T, S] bias, through the whole update."""
+    tokens, valid = _rows()
+    cfg = CFG.replace(dtype="bfloat16")
+    _assert_same_update(logprobs.sequence_logprobs, cfg, 5e-2, tokens, valid, kernel="cudnn")
+    tokens, valid = _grouped_rows()
+    _assert_same_update(
+        logprobs.grouped_logprobs,
+        cfg,
+        5e-2,
+        tokens,
+        valid,
+        group=2,
+        prompt_width=PROMPT,
+        kernel="cudnn",
     )
