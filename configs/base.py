@@ -19,6 +19,7 @@ def model_section(
     param_dtype: str = "float32",
     remat: bool = False,
     scan_layers: bool = False,
+    attention: str = "auto",
 ) -> ml_collections.ConfigDict:
     """The backbone: a size name from `memr1.models.config.SIZES` plus numerics overrides.
 
@@ -26,7 +27,9 @@ def model_section(
     of the weights (float32 master weights for training, bfloat16 is enough for sampling).
     `remat` recomputes each block in the backward pass; `scan_layers` runs the blocks as one
     `lax.scan`, without which XLA:CPU keeps every block's activations despite remat (see
-    `memr1.models.config.ModelConfig` and docs/benchmarks.md).
+    `memr1.models.config.ModelConfig` and docs/benchmarks.md). `attention` is the kernel of
+    prefill and training passes: "auto" (cuDNN on GPU, splash on TPU, chunked elsewhere),
+    "einsum", "chunked", "cudnn" or "splash" (see `memr1.models.attention`).
     """
     return ml_collections.ConfigDict(
         {
@@ -35,6 +38,7 @@ def model_section(
             "param_dtype": param_dtype,
             "remat": remat,
             "scan_layers": scan_layers,
+            "attention": attention,
         }
     )
 

@@ -124,6 +124,7 @@ def evaluate(config, *, hf_dir, manager_ckpt, answer_ckpt, embed_dir, workdir, o
         dtype=config.model.dtype,
         param_dtype=config.model.param_dtype,
         seed=config.seed,
+        attention=config.model.attention,
     )
     trained = config.system in ("memory_r1", "memory_sft")
     manager_params = _agent_params(backbone, manager_ckpt if trained else None)

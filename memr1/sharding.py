@@ -61,6 +61,18 @@ def use_mesh(mesh: Mesh, rules=DEFAULT_RULES) -> Iterator[None]:
         _ACTIVE.reset(token)
 
 
+def active_mesh() -> Mesh | None:
+    """The mesh of the enclosing `use_mesh` context, or None outside one."""
+    active = _ACTIVE.get()
+    return None if active is None else active[0]
+
+
+def active_rules() -> tuple:
+    """The logical-to-mesh rules of the enclosing `use_mesh` context (the defaults outside)."""
+    active = _ACTIVE.get()
+    return DEFAULT_RULES if active is None else active[1]
+
+
 def constrain(x: jax.Array, names: Sequence[str | None]) -> jax.Array:
     """Constrains an activation's sharding by logical names (no-op without an active mesh)."""
     active = _ACTIVE.get()

@@ -13,6 +13,9 @@ from typing import Any
 
 import jax.numpy as jnp
 
+# Attention kernels (memr1.models.attention): "auto" picks one per call by backend and shape.
+ATTENTION_IMPLEMENTATIONS = ("auto", "einsum", "chunked", "cudnn", "splash")
+
 
 @dataclasses.dataclass(frozen=True)
 class RopeScaling:
@@ -53,6 +56,13 @@ class ModelConfig:
     # backward loop can only recompute one block per iteration. The stored parameters keep
     # their per-layer layout; see `Transformer._scan_blocks` and docs/benchmarks.md.
     scan_layers: bool = False
+    # The attention kernel of passes with more than one query position (prefill, training; decode
+    # steps use einsum): "auto" (cuDNN on GPU, splash on TPU, chunked elsewhere), "einsum"
+    # (float32 scores [B, K, T*G, S] at once), "chunked" (blocks of `attention_chunk` query
+    # positions), "cudnn" or "splash". See `memr1.models.attention`. A pass of at most
+    # `attention_chunk` positions is one block, i.e. exactly the einsum program.
+    attention: str = "auto"
+    attention_chunk: int = 512
 
     def __post_init__(self):
         if self.family not in ("qwen2", "llama"):
@@ -65,6 +75,12 @@ class ModelConfig:
             )
         if self.head_dim % 2:
             raise ValueError(f"head_dim={self.head_dim} must be even for rotary embeddings")
+        if self.attention not in ATTENTION_IMPLEMENTATIONS:
+            raise ValueError(
+                f"attention={self.attention!r} is not one of {list(ATTENTION_IMPLEMENTATIONS)}"
+            )
+        if self.attention_chunk < 1:
+            raise ValueError(f"attention_chunk={self.attention_chunk} must be >= 1")
         for name in ("param_dtype", "dtype"):
             if getattr(self, name) not in ("float32", "bfloat16", "float16"):
                 raise ValueError(f"{name}={getattr(self, name)!r} is not a supported dtype")

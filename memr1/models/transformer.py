@@ -8,7 +8,8 @@ checkpoint parameters as plain pytrees.
 Attention takes an explicit boolean mask [B, T, S] (query position t may read key slot s), built by
 the caller from left/right padding and causality (see `memr1.models.masks`). With a KV cache, the
 T new keys/values are written at slots [cache_index, cache_index + T) of a preallocated
-[B, K, S, N] buffer and attention reads all S slots through the mask.
+[B, K, S, N] buffer and attention reads all S slots through the mask. The attention kernel
+(`cfg.attention`) is chosen per call in `memr1.models.attention`.
 
 With `cfg.scan_layers`, a forward pass without a cache runs the blocks as one `lax.scan` over
 their weights stacked inside the call (the parameters keep one `Block` per layer); that is what
@@ -23,12 +24,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from memr1.models import attention
 from memr1.models.config import ModelConfig
 from memr1.models.rope import apply_rope, inverse_frequencies
 from memr1.sharding import constrain
 
 KVCache = list[dict[str, jax.Array]]  # one {"k": [B,K,S,N], "v": [B,K,S,N]} per layer
-_NEG_INF = -1e30  # finite, so a row with every slot masked (padding) stays NaN-free
 
 
 def _param(rngs: nnx.Rngs | None, shape, names, cfg: ModelConfig, init: str = "normal"):
@@ -99,19 +100,14 @@ class Attention(nnx.Module):
             new_cache = {"k": k_BKSN, "v": v_BKSN}
             k_BKSN, v_BKSN = k_BKSN.astype(dt), v_BKSN.astype(dt)
 
-        # Grouped-query attention: each of the K key/value heads serves G = H/K query heads. The
-        # G heads and the T positions are folded into one query axis Q = T*G, so both matmuls are
-        # plain batched [Q, N] x [S, N] products over (B, K) and XLA inserts no per-step transposes.
-        b, t, h, n = q_BTHN.shape
-        kv, g = cfg.n_kv_heads, h // cfg.n_kv_heads
-        q_BKQN = q_BTHN.reshape(b, t, kv, g, n).transpose(0, 2, 1, 3, 4).reshape(b, kv, t * g, n)
-        scores = jnp.einsum("bkqn,bksn->bkqs", q_BKQN, k_BKSN).astype(jnp.float32)
-        scores = scores * (n**-0.5)
-        mask_BTGS = jnp.broadcast_to(mask_BTS[:, :, None, :], (b, t, g, mask_BTS.shape[-1]))
-        scores = jnp.where(mask_BTGS.reshape(b, 1, t * g, -1), scores, _NEG_INF)
-        probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-        out_BKQN = jnp.einsum("bkqs,bksn->bkqn", probs, v_BKSN)
-        out_BTHN = out_BKQN.reshape(b, kv, t, g, n).transpose(0, 2, 1, 3, 4).reshape(b, t, h, n)
+        out_BTHN = attention.attend(
+            q_BTHN,
+            k_BKSN,
+            v_BKSN,
+            mask_BTS,
+            implementation=cfg.attention,
+            chunk=cfg.attention_chunk,
+        )
         out_BTD = jnp.einsum("bthn,hnd->btd", out_BTHN, self.wo[...].astype(dt))
         return out_BTD, new_cache
 

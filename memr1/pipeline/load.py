@@ -44,16 +44,21 @@ def load_backbone(
     param_dtype: str = "float32",
     seed: int = 0,
     mesh: Mesh | None = None,
+    attention: str = "auto",
 ) -> Backbone:
     """Loads `hf_dir` when given, else initialises `size` randomly with `tokenizer_dir`'s vocab.
 
     With a `mesh`, every parameter is created in its shards (by its logical axis names, see
     `memr1.sharding`), never as a whole on one device; without, on the default device.
+    `attention` is the model's attention kernel (`memr1.models.config.ModelConfig.attention`).
     """
     if hf_dir:
         cfg, graphdef, params = load_hf(
             hf_dir, dtype=dtype, param_dtype=param_dtype, shardings=mesh
         )
+        if cfg.attention != attention:
+            cfg = cfg.replace(attention=attention)
+            graphdef = transformer.abstract_model(cfg)[0]  # the same parameters, another kernel
         tok = load_tokenizer(hf_dir)
         special = special_ids(tok, hf_dir)
         return Backbone(cfg, graphdef, params, tok, special.eos_ids, special.pad_id, str(hf_dir))
@@ -65,7 +70,7 @@ def load_backbone(
         raise FileNotFoundError(f"tokenizer_dir {tokenizer_dir}: not a directory")
     tok = load_tokenizer(tokenizer_dir)
     special = special_ids(tok, tokenizer_dir)
-    cfg = model_config.get_size(size, dtype=dtype, param_dtype=param_dtype)
+    cfg = model_config.get_size(size, dtype=dtype, param_dtype=param_dtype, attention=attention)
     if len(tok) > cfg.vocab_size:
         cfg = cfg.replace(vocab_size=len(tok))
     if mesh is None:

@@ -156,7 +156,11 @@ def prepare_models(config, *, hf_dir, init_checkpoint=None, answer_checkpoint=No
         seed=config.seed,
         mesh=m,
     )
-    model_cfg = backbone.cfg.replace(remat=config.model.remat, scan_layers=config.model.scan_layers)
+    model_cfg = backbone.cfg.replace(
+        remat=config.model.remat,
+        scan_layers=config.model.scan_layers,
+        attention=config.model.attention,
+    )
     like = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), backbone.params
     )
