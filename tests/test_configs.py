@@ -76,7 +76,7 @@ def test_sweep_args_are_valid(memr1_config):
 
 
 def test_the_paper_recipe_and_its_micro_batches(memr1_config):
-    from memr1.train.__main__ import resolve_micro_batches
+    from memr1.train.mesh import resolve_micro_batches
 
     config = memr1_config.get_config("backbone=qwen2.5-7b,stage=answer,recipe=paper")
     t = config.train

@@ -30,7 +30,8 @@ exists at a time. The rows of the KV cache are divided over data x fsdp, as the 
 them. Activations
 assume the trainer's per-block remat: every block's input is kept in bf16, and one block is
 recomputed at a time in the backward pass. That block's attention scores are materialised as
-[rows, heads, T, T] (memr1 has no flash attention), at about 12 bytes per score (float32 scores
+[rows, heads, T, T] (an upper bound: `model.attention` chunks it or uses a fused kernel, which
+this estimate does not model), at about 12 bytes per score (float32 scores
 and softmax output, their gradient, bf16 copies); at thousands of tokens this is the largest
 activation. Under FSDP each device also gathers one block's weights (float32, double-buffered).
 Not counted: XLA's scratch for the optimiser update, fragmentation and the CUDA context; the

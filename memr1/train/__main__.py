@@ -210,26 +210,6 @@ def _base_params(params):
     return lora.base_part(params) if lora.has_adapters(params) else params
 
 
-def resolve_micro_batches(config) -> None:
-    """Sets `train.n_micro` from `train.micro_rows` and the mesh (when micro_rows > 0)."""
-    t = config.train
-    if t.micro_rows == 0:
-        return
-    if t.n_micro != 1:
-        raise ValueError(
-            f"config train.n_micro={t.n_micro} and train.micro_rows={t.micro_rows} both size "
-            "the micro-batches: set one of them"
-        )
-    data, fsdp, _ = mesh.resolve_mesh_shape(
-        config.mesh.data, config.mesh.fsdp, config.mesh.tensor, jax.device_count()
-    )
-    shared = config.algo == "grpo" and t.shared_prompt
-    rows = t.batch_size * (t.group_size if config.algo != "sft" else 1)
-    t.n_micro = mesh.micro_batch_count(
-        rows, group=t.group_size if shared else 1, micro_rows=t.micro_rows, shards=data * fsdp
-    )
-
-
 def train(
     config,
     *,
@@ -245,7 +225,7 @@ def train(
     mesh.maybe_initialize_distributed()
     t = config.train
     # Settings that cannot work are refused here, before a model is loaded or compiled.
-    resolve_micro_batches(config)
+    mesh.resolve_micro_batches(config)
     if config.model.param_dtype != "float32":
         raise ValueError(
             f"config model.param_dtype={config.model.param_dtype!r}: training keeps float32 "

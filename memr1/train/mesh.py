@@ -141,6 +141,26 @@ def micro_batch_count(rows: int, *, group: int, micro_rows: int, shards: int) ->
     return rows // size
 
 
+def resolve_micro_batches(config) -> None:
+    """Sets `train.n_micro` from `train.micro_rows` and the mesh (when micro_rows > 0)."""
+    t = config.train
+    if t.micro_rows == 0:
+        return
+    if t.n_micro != 1:
+        raise ValueError(
+            f"config train.n_micro={t.n_micro} and train.micro_rows={t.micro_rows} both size "
+            "the micro-batches: set one of them"
+        )
+    data, fsdp, _ = resolve_mesh_shape(
+        config.mesh.data, config.mesh.fsdp, config.mesh.tensor, jax.device_count()
+    )
+    shared = config.algo == "grpo" and t.shared_prompt
+    rows = t.batch_size * (t.group_size if config.algo != "sft" else 1)
+    t.n_micro = micro_batch_count(
+        rows, group=t.group_size if shared else 1, micro_rows=t.micro_rows, shards=data * fsdp
+    )
+
+
 # ----------------------------------------------------------------------------------------------
 # Multi-host start-up.
 # ----------------------------------------------------------------------------------------------

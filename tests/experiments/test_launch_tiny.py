@@ -29,7 +29,16 @@ def _printed_commands(env: dict[str, str]) -> list[list[str]]:
         for line in proc.stdout.splitlines()
         if line.startswith(shlex.quote(env["MEMR1_PYTHON"]))
     ]
-    return [shlex.split(line) for line in lines]
+    # The lines are bash's own quoting (printf %q, $'...' for the exporter's script): let bash
+    # read them back into argument lists.
+    return [_bash_words(line) for line in lines]
+
+
+def _bash_words(line: str) -> list[str]:
+    done = subprocess.run(
+        ["bash", "-c", f"printf '%s\\0' {line}"], capture_output=True, check=True, timeout=30
+    )
+    return done.stdout.decode().split("\0")[:-1]
 
 
 @pytest.mark.slow
@@ -37,7 +46,8 @@ def test_every_stage_of_the_gpu_script_runs_with_its_own_flags(tmp_path):
     from memr1.data.fixtures import write_locomo_fixture
     from tests.train.tiny import make_hf_base
 
-    hf_dir = make_hf_base(tmp_path / "qwen-tiny")
+    # Prompts of LoCoMo tuples run to hundreds of tokens: positions as a real backbone has.
+    hf_dir = make_hf_base(tmp_path / "qwen-tiny", max_position=8192)
     locomo = write_locomo_fixture(tmp_path / "locomo10.json", num_conversations=10)
     run_dir = tmp_path / "run"
     env = {

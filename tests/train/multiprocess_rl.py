@@ -24,10 +24,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from memr1.models.config import ModelConfig
+from memr1.pipeline.answer import AnswerConfig
+from memr1.pipeline.memory_store import BankSpec
 from memr1.pipeline.policy import Completion, SamplingConfig, TextPolicy
 from memr1.train import grpo, loop, multihost, rollout, state
 from memr1.train.checkpoint import Checkpointer
-from memr1.train.manager_reward import ManagerState
+from memr1.train.manager_reward import ManagerState, RewardEnv
 from memr1.train.metrics_log import MetricsWriter
 
 STAGES = ("answer", "manager")
@@ -140,11 +142,14 @@ def real_rollout(stage: str, policy: TextPolicy, answerer: TextPolicy | None):
         params,
         states,
         key=key,
-        answerer=answerer,
-        embed=bag_of_words,
-        k_per_speaker=2,
-        capacity=8,
-        text_bytes=64,
+        env=RewardEnv(
+            answerer=answerer,
+            embed=bag_of_words,
+            answer=AnswerConfig(
+                k_per_speaker=2, style="compact", sampling=SamplingConfig(max_new_tokens=64)
+            ),
+            bank=BankSpec(capacity=8, text_bytes=64, retriever="exact_numpy"),
+        ),
         **common,
     )
 

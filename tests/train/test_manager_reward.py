@@ -88,12 +88,26 @@ OUTPUTS = [
 SAMPLING = SamplingConfig(temperature=0.0, max_new_tokens=77)
 
 
-def env(answerer, retriever="exact_numpy", overflow="evict_oldest", capacity=16):
+def env(
+    answerer,
+    retriever="exact_numpy",
+    overflow="evict_oldest",
+    capacity=16,
+    *,
+    k_per_speaker=5,
+    text_bytes=96,
+    sampling=SAMPLING,
+):
+    """The manager reward's settings over the bag-of-words encoder (shared by the RL tests)."""
     return mr.RewardEnv(
         answerer=answerer,
         embed=bag_of_words,
-        answer=AnswerConfig(k_per_speaker=5, distill=True, style="compact", sampling=SAMPLING),
-        bank=BankSpec(capacity=capacity, text_bytes=96, overflow=overflow, retriever=retriever),
+        answer=AnswerConfig(
+            k_per_speaker=k_per_speaker, distill=True, style="compact", sampling=sampling
+        ),
+        bank=BankSpec(
+            capacity=capacity, text_bytes=text_bytes, overflow=overflow, retriever=retriever
+        ),
     )
 
 

@@ -16,7 +16,7 @@ from memr1.train import grpo, loop, mesh, rollout, state
 from tests.train import tiny
 from tests.train.test_loop import STATES
 from tests.train.test_manager_reward import STATE as MANAGER_STATE
-from tests.train.test_manager_reward import bag_of_words
+from tests.train.test_manager_reward import env as reward_env
 
 
 @pytest.fixture(scope="module")
@@ -81,11 +81,7 @@ def test_one_grpo_step_with_remat(remat_policy, stage, tmp_path):
             sampling=sampling,
             key=key,
             style="compact",
-            answerer=answerer,
-            embed=bag_of_words,
-            k_per_speaker=2,
-            capacity=8,
-            text_bytes=256,
+            env=reward_env(answerer, capacity=8, k_per_speaker=2, text_bytes=256),
         )
 
     states = STATES if stage == "answer" else [MANAGER_STATE] * 2

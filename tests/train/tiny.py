@@ -83,8 +83,9 @@ def leaves_equal(a, b) -> bool:
 HF_CFG = CFG.replace(vocab_size=300, remat=False)
 
 
-def make_hf_base(out_dir, seed: int = 0):
-    """Writes an HF directory (config, safetensors, tokenizer) of a random HF_CFG model."""
+def make_hf_base(out_dir, seed: int = 0, max_position: int | None = None):
+    """Writes an HF directory (config, safetensors, tokenizer) of a random HF_CFG model
+    (positions up to `max_position` when given: real-length prompts)."""
     from pathlib import Path
 
     from memr1.models import transformer
@@ -94,5 +95,6 @@ def make_hf_base(out_dir, seed: int = 0):
     out_dir = Path(out_dir)
     tok_dir = out_dir.parent / f"{out_dir.name}-tokenizer"
     make_tokenizer(tok_dir)
-    _, params = transformer.init_model(HF_CFG, seed=seed)
-    return export_hf(HF_CFG, params, out_dir, tok_dir)
+    cfg = HF_CFG if max_position is None else HF_CFG.replace(max_position=max_position)
+    _, params = transformer.init_model(cfg, seed=seed)
+    return export_hf(cfg, params, out_dir, tok_dir)
