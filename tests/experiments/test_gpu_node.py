@@ -54,3 +54,28 @@ def test_overrides_that_are_set_pass_through(tmp_path):
         assert flag in proc.stdout
     bad = _dry_run(tmp_path, MEMR1_MESH="2,4")
     assert bad.returncode == 2 and "MEMR1_MESH=2,4" in bad.stderr
+
+
+def test_the_tpu_script_launches_the_same_training_commands(tmp_path):
+    """tpu_pod.sh only sets up the process group and calls gpu_node.sh: its training commands
+    are the ones test_launch_tiny.py runs on 8 fake devices."""
+    group = {"JAX_COORDINATOR_ADDRESS": "10.0.0.2:8476", "JAX_NUM_PROCESSES": "4"}
+    node = _dry_run(tmp_path, "answer", "manager")
+    lines = {}
+    for host in ("0", "3"):
+        env = {**os.environ, "MEMR1_DRY_RUN": "1", "MEMR1_RUN_DIR": str(tmp_path / "run"),
+               "MEMR1_HF_DIR": str(tmp_path), "MEMR1_TUPLES": str(tmp_path),
+               "MEMR1_BACKBONE": "qwen2.5-3b", **group, "JAX_PROCESS_ID": host}  # fmt: skip
+        pod = subprocess.run(
+            ["bash", str(ROOT / "experiments" / "tpu_pod.sh"), "answer", "manager"],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert pod.returncode == 0, pod.stderr
+        lines[host] = [line for line in pod.stdout.splitlines() if "memr1.train" in line]
+    want = [line for line in node.stdout.splitlines() if "memr1.train" in line]
+    assert len(want) == 2 and lines["0"] == lines["3"] == want
+    missing = subprocess.run(
+        ["bash", str(ROOT / "experiments" / "tpu_pod.sh"), "answer"],
+        env={**os.environ, **group}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert missing.returncode == 2 and "JAX_PROCESS_ID" in missing.stderr
