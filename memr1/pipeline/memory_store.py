@@ -144,10 +144,6 @@ class ConversationMemory:
             self.speakers, host_arrays(self.bank), make_retriever(spec.retriever, dim)
         )
 
-    @property
-    def retriever(self):
-        return self.view.retriever
-
     def owner_of(self, speaker: str) -> int:
         if speaker not in self.speakers:
             raise KeyError(f"{self.sample_id}: {speaker!r} is not one of {self.speakers}")
@@ -231,10 +227,10 @@ class ConversationMemory:
         gone = np.array([i for i in before if i not in after], np.int64)
         changed = [s for i, s in after.items() if before.get(i) != int(new["version"][s])]
         if gone.size:
-            self.retriever.delete(gone)
+            self.view.retriever.delete(gone)
         if changed:
             slots = np.array(changed)
-            self.retriever.upsert(
+            self.view.retriever.upsert(
                 new["ids"][slots].astype(np.int64), new["emb"][slots], new["owner"][slots]
             )
         self.view.host = new

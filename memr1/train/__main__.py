@@ -29,7 +29,6 @@ by the NaN/inf guard under train.on_nonfinite=stop (the last checkpoint predates
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from absl import app, flags, logging
 from flax import nnx
 from ml_collections import config_flags
 
+from memr1.memory import BankOverflowError
 from memr1.models import config as model_config
 from memr1.models.hf_io import config_from_hf
 from memr1.models.tokenizer import load_tokenizer
@@ -48,6 +48,7 @@ from memr1.pipeline.setup import bank_spec, check_memory_config, ingest_and_answ
 from memr1.sampling.layout import decode_dtype
 from memr1.train import grpo, loop, lora, mesh, multihost, ppo, rollout, sft, state
 from memr1.train.checkpoint import Checkpointer, restore_params
+from memr1.train.loop import parse_faults
 from memr1.train.manager_reward import RewardEnv
 from memr1.train.metrics_log import MetricsWriter, NonFiniteError
 
@@ -66,39 +67,6 @@ _INJECT = flags.DEFINE_string(
     "Fault drills only: STEP[:loss|grads],... poisons these steps with a NaN loss (default) or "
     "inf gradients inside the real update, to exercise the NaN/inf guard.",
 )
-
-
-def parse_faults(text: str | None) -> tuple[tuple[int, str], ...]:
-    """Parses the flag: "3,7:grads" gives ((3, "loss"), (7, "grads"))."""
-    out = []
-    for item in filter(None, (part.strip() for part in (text or "").split(","))):
-        step, _, kind = item.partition(":")
-        try:
-            out.append((int(step), kind.strip() or "loss"))
-        except ValueError as err:
-            raise ValueError(
-                f"--inject_nonfinite item {item!r}: expected STEP[:loss|grads]"
-            ) from err
-    return tuple(out)
-
-
-def read_sft_pairs(path: str, policy) -> list[tuple[list[int], list[int]]]:
-    """Tokenised (prompt, target + EOS) pairs from a JSONL file of {messages, target}."""
-    pairs = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            try:
-                row = json.loads(line)
-                messages, target = row["messages"], row["target"]
-            except (json.JSONDecodeError, KeyError, TypeError) as err:
-                msg = f"{path}: line {n}: not a {{messages, target}} object ({err})"
-                raise ValueError(msg) from err
-            prompt, _ = policy.encode(policy.render(messages))
-            ids = policy.tokenizer.encode(target, add_special_tokens=False)
-            pairs.append((prompt.tolist(), list(ids) + [policy.eos_ids[0]]))
-    if not pairs:
-        raise ValueError(f"{path}: no SFT pairs")
-    return pairs
 
 
 def _model_shapes(config, hf_dir: str | None) -> model_config.ModelConfig:
@@ -287,7 +255,7 @@ def train(
     ):
         # -- SFT --------------------------------------------------------------------------------
         if config.algo == "sft":
-            pairs = read_sft_pairs(sft_data, policy)
+            pairs = sft.read_sft_pairs(sft_data, policy)
             step_fn = sft.make_sft_step(setup, sft.SFTConfig(n_micro=t.n_micro))
             return loop.run_sft(
                 setup,
@@ -412,6 +380,14 @@ def main(argv):
         sys.exit(3)
     except (ValueError, FileNotFoundError) as err:
         print(f"memr1.train: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except BankOverflowError as err:
+        # A sampled manager reply filled a candidate bank under memory.overflow=raise.
+        print(
+            f"memr1.train: error: {err}; raise config memory.capacity or set memory.overflow to "
+            f"an evicting policy (the last checkpoint in {_WORKDIR.value}/checkpoints is intact)",
+            file=sys.stderr,
+        )
         sys.exit(2)
     print(f"trained to step {int(final.step)}; checkpoints in {_WORKDIR.value}/checkpoints")
 

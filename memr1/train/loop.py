@@ -24,7 +24,6 @@ from typing import Any
 import jax
 import numpy as np
 
-from memr1.sampling.layout import rollout_params
 from memr1.train import batches, multihost
 from memr1.train.checkpoint import Checkpointer
 from memr1.train.metrics_log import (
@@ -40,6 +39,20 @@ from memr1.train.update import FAULT_FIELD, shard_batch
 
 # What `LoopConfig.inject_nonfinite` does to a step: (loss scale, gradient scale).
 FAULTS = {"loss": (float("nan"), 1.0), "grads": (1.0, float("inf"))}
+
+
+def parse_faults(text: str | None) -> tuple[tuple[int, str], ...]:
+    """The train CLI's --inject_nonfinite: "3,7:grads" gives ((3, "loss"), (7, "grads"))."""
+    out = []
+    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+        step, _, kind = item.partition(":")
+        try:
+            out.append((int(step), kind.strip() or "loss"))
+        except ValueError as err:
+            raise ValueError(
+                f"--inject_nonfinite item {item!r}: expected STEP[:loss|grads]"
+            ) from err
+    return tuple(out)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,8 +291,7 @@ def run_rl(
         idx = batch_indices(len(states), cfg.batch_size * cfg.oversample, step, cfg.seed)
         mine = idx[multihost.process_slice(len(idx), "states a step (batch_size × oversample)")]
         # -- rollout + reward ---------------------------------------------------------------
-        # The compute-dtype decode copy first, so that no process gathers float32 weights.
-        params = multihost.local_replica(rollout_params(state.params, setup.model_cfg))
+        params = multihost.rollout_replica(state.params, setup.model_cfg)
         key = multihost.process_key(step_key(state.rng, step, 1))
         groups, rewards, rstats = rollout(params, [states[i] for i in mine], key)
         del params  # the replica's memory is free before the update runs

@@ -29,6 +29,8 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from memr1.sampling.layout import rollout_params
+
 
 def process_slice(
     n: int, what: str = "rows", *, index: int | None = None, count: int | None = None
@@ -102,6 +104,17 @@ def local_replica(tree: Any) -> Any:
         for i, x in zip(sharded, gathered, strict=True):
             leaves[i] = x
     return jax.tree.unflatten(treedef, [_wrap_local(x) for x in leaves])
+
+
+def rollout_replica(params: Any, cfg) -> Any:
+    """What a process samples its rollout with: the policy's own `params` on one process (the
+    sampler lays out its compute-dtype decode copy per call and frees it on return, so in the
+    manager stage the policy's and the frozen answerer's copies never coexist); on several, a
+    process-local replica of the compute-dtype decode copy, so no process gathers float32
+    weights. `cfg` is the model config (`memr1.sampling.layout.rollout_params`)."""
+    if jax.process_count() == 1:
+        return params
+    return local_replica(rollout_params(params, cfg))
 
 
 @functools.lru_cache(maxsize=8)

@@ -13,6 +13,7 @@ under gradient accumulation), so long targets weigh more than short ones, as in 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -100,3 +101,22 @@ def eval_sft_loss(
     )
     mask = jnp.asarray(batch["loss_mask"]) & jnp.asarray(batch["valid"])
     return masked_mean(-logp, mask, mask.astype(jnp.float32).sum())
+
+
+def read_sft_pairs(path: str, policy) -> list[tuple[list[int], list[int]]]:
+    """Tokenised (prompt, target + EOS) pairs from a JSONL file of {messages, target}."""
+    pairs = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            try:
+                row = json.loads(line)
+                messages, target = row["messages"], row["target"]
+            except (json.JSONDecodeError, KeyError, TypeError) as err:
+                msg = f"{path}: line {n}: not a {{messages, target}} object ({err})"
+                raise ValueError(msg) from err
+            prompt, _ = policy.encode(policy.render(messages))
+            ids = policy.tokenizer.encode(target, add_special_tokens=False)
+            pairs.append((prompt.tolist(), list(ids) + [policy.eos_ids[0]]))
+    if not pairs:
+        raise ValueError(f"{path}: no SFT pairs")
+    return pairs

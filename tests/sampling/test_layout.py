@@ -4,12 +4,6 @@ The multi-device half runs in a subprocess (`layout_check.py`): the fake device 
 when XLA's backend starts.
 """
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import jax
 import numpy as np
 import pytest
@@ -18,10 +12,9 @@ from jax.sharding import PartitionSpec as P
 from memr1.models import transformer
 from memr1.models.config import get_size
 from memr1.sampling.layout import decode_dtype, decode_spec, rollout_params, row_sharding
+from tests.fake_devices import run_check
 from tests.sampling.reference import TEST_CFG
 from tests.tool import load_tool
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_decode_spec_keeps_only_the_tensor_axis():
@@ -73,19 +66,6 @@ def test_memory_estimate_counts_the_decode_copy_whole_and_frozen_copies_in_bf16(
 
 @pytest.mark.slow
 def test_decode_copy_moves_no_weights_in_the_loop_on_8_devices():
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
-    env.pop("XLA_FLAGS", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.sampling.layout_check"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    tail = (proc.stdout + proc.stderr)[-4000:]
-    assert proc.returncode == 0, f"layout check failed:\n{tail}"
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("LAYOUT_OK "))
-    report = json.loads(line.removeprefix("LAYOUT_OK "))
+    report = run_check("tests.sampling.layout_check", "LAYOUT_OK")
     assert report["decode_copy_1x8x1"]["collectives_in_loop"] == 1
     assert report["training_shards_1x8x1"]["collectives_in_loop"] > 1

@@ -31,6 +31,7 @@ from memr1.train import grpo, loop, multihost, rollout, state
 from memr1.train.checkpoint import Checkpointer
 from memr1.train.manager_reward import ManagerState, RewardEnv
 from memr1.train.metrics_log import MetricsWriter
+from tests.train import tiny
 
 STAGES = ("answer", "manager")
 # Adam's eps well above float noise: a gradient entry that is ~0 up to summation order (4 devices
@@ -101,19 +102,7 @@ def make_tokenizer(out_dir):
 
 
 def model_config(tok) -> ModelConfig:
-    return ModelConfig(
-        family="qwen2",
-        vocab_size=len(tok),
-        d_model=32,
-        n_layers=1,
-        n_heads=4,
-        n_kv_heads=2,
-        head_dim=8,
-        d_ff=48,
-        qkv_bias=True,
-        tie_embeddings=True,
-        max_position=1024,
-    )
+    return tiny.CFG.replace(vocab_size=len(tok), max_position=1024, remat=False)
 
 
 def make_policy(cfg, setup, tok, params=None, name="policy") -> TextPolicy:

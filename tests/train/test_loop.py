@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from memr1.drill.checks import raw_records, record_differences
-from memr1.models.config import ModelConfig
 from memr1.models.tokenizer_train import train_bpe_tokenizer
 from memr1.pipeline.policy import SamplingConfig, TextPolicy
 from memr1.train import grpo, loop, mesh, rollout, state
 from memr1.train.checkpoint import Checkpointer
 from memr1.train.metrics_log import MetricsWriter, read_jsonl
+from tests.train import tiny
 
 STATES = [
     rollout.AnswerState(
@@ -31,19 +31,7 @@ STATES = [
 def answer_policy(tmp_path_factory):
     texts = [f"{s.question} {s.memories[0][1][0][1]} **Answer:** {s.gold}" for s in STATES] * 5
     tok = train_bpe_tokenizer(texts, tmp_path_factory.mktemp("tok"), vocab_size=300)
-    cfg = ModelConfig(
-        family="qwen2",
-        vocab_size=len(tok),
-        d_model=32,
-        n_layers=1,
-        n_heads=4,
-        n_kv_heads=2,
-        head_dim=8,
-        d_ff=48,
-        qkv_bias=True,
-        tie_embeddings=True,
-        max_position=1024,
-    )
+    cfg = tiny.CFG.replace(vocab_size=len(tok), max_position=1024, remat=False)
     m = mesh.build_mesh(1, 1, 1, model_cfgs=[cfg])
     setup, _ = state.create_train_state(m, cfg, state.OptimConfig(lr=1e-3, warmup_steps=1))
     policy = TextPolicy(

@@ -5,31 +5,12 @@ The fake device count is fixed when XLA's backend starts, so the check runs in a
 its single device.
 """
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.fake_devices import run_check
 
 
 @pytest.mark.slow
 def test_sharded_steps_match_one_device_and_shard_the_state():
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
-    env.pop("XLA_FLAGS", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.train.multidevice_check"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    tail = (proc.stdout + proc.stderr)[-4000:]
-    assert proc.returncode == 0, f"multi-device check failed:\n{tail}"
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("MULTIDEVICE_OK "))
-    report = json.loads(line.removeprefix("MULTIDEVICE_OK "))
+    report = run_check("tests.train.multidevice_check", "MULTIDEVICE_OK")
     assert report["sft_grad_max_diff"] < 1e-5 and report["grpo_grad_max_diff"] < 1e-5

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from memr1.models.config import ModelConfig
 from memr1.models.tokenizer_train import train_bpe_tokenizer
 from memr1.models.transformer import without_remat
 from memr1.pipeline.policy import SamplingConfig, TextPolicy
@@ -24,20 +23,8 @@ def remat_policy(tmp_path_factory):
     texts = [f"{s.question} {s.memories[0][1][0][1]} **Answer:** {s.gold}" for s in STATES] * 5
     texts += [m["text"] for m in MANAGER_STATE.bank] + list(MANAGER_STATE.facts)
     tok = train_bpe_tokenizer(texts, tmp_path_factory.mktemp("tok"), vocab_size=300)
-    cfg = ModelConfig(
-        family="qwen2",
-        vocab_size=len(tok),
-        d_model=32,
-        n_layers=2,
-        n_heads=4,
-        n_kv_heads=2,
-        head_dim=8,
-        d_ff=48,
-        qkv_bias=True,
-        tie_embeddings=True,
-        max_position=512,
-        remat=True,
-        scan_layers=True,
+    cfg = tiny.CFG.replace(
+        vocab_size=len(tok), n_layers=2, max_position=512, remat=True, scan_layers=True
     )
     m = mesh.build_mesh(1, 1, 1, model_cfgs=[cfg])
     setup, s0 = state.create_train_state(m, cfg, state.OptimConfig(lr=1e-3, warmup_steps=1))
