@@ -36,9 +36,9 @@ test: lint
 test-fast: lint
 	JAX_PLATFORMS=cpu $(VENV)/bin/pytest -n 2 --dist loadfile -q -m "not slow" $(PYTEST_ARGS)
 
-# The learning demo (memr1/demo): SEEDS=3 runs three seeds and prints the EM gain as mean ± std.
+# The learning demo (experiments/cpu_demo): SEEDS=3 runs three seeds, prints the EM gain as mean ± std.
 demo: install
-	JAX_PLATFORMS=cpu $(PY) -m memr1.demo --seeds $(SEEDS)
+	JAX_PLATFORMS=cpu $(PY) -m experiments.cpu_demo --seeds $(SEEDS)
 
 clean:
 	rm -rf $(VENV) work .pytest_cache

@@ -115,7 +115,7 @@ train_flags() {
 # ---- stages -------------------------------------------------------------------------------------
 stage_tuples() {
   if [[ -n ${MEMR1_TUPLES:-} ]]; then
-    need_path MEMR1_TUPLES "a tuples folder from python -m memr1.data.tuples"
+    need_path MEMR1_TUPLES "a tuples folder from python -m memr1.tuples"
     echo "tuples: using $TUPLES"
     return 0
   fi
@@ -131,7 +131,7 @@ stage_tuples() {
     extra=(--builder teacher --hf_dir "$MEMR1_TEACHER_HF_DIR")
   fi
   # Memory-R1's train split: conversation conv-26 of a 1:1:8 split by conversation.
-  run tuples "$PY" -m memr1.data.tuples --dataset locomo --path "$MEMR1_LOCOMO" \
+  run tuples "$PY" -m memr1.tuples --dataset locomo --path "$MEMR1_LOCOMO" \
     --split train --ratios 1:1:8 "${extra[@]}" --out "$TUPLES"
 }
 

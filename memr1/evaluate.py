@@ -9,7 +9,7 @@
       --config.tokenizer_dir synth/tokenizer --manager_checkpoint runs/manager/ckpt \
       --answer_checkpoint runs/answer/ckpt --workdir runs/r1-tiny
 
-Outputs are described in `memr1.pipeline.outputs`. Bad input (a missing file, a malformed
+Outputs are described in `memr1.env.outputs`. Bad input (a missing file, a malformed
 dataset, an unknown system) ends with one message naming what is wrong and exit code 2, and
 nothing is written.
 """
@@ -24,6 +24,8 @@ from ml_collections import config_flags
 from tqdm import tqdm
 
 from memr1.data.errors import DataError
+from memr1.env import load, outputs, setup, systems
+from memr1.env.policy import SamplingConfig
 from memr1.eval.judge import LocomoJudge
 from memr1.eval.judge_backends import CallableBackend, OpenAICompatibleBackend
 from memr1.eval.longmemeval_judge import (
@@ -32,8 +34,6 @@ from memr1.eval.longmemeval_judge import (
     summarize_longmemeval,
 )
 from memr1.models.hf_io import CheckpointError
-from memr1.pipeline import load, outputs, setup, systems
-from memr1.pipeline.policy import SamplingConfig
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/memr1.py", "Experiment config.")
 _HF_DIR = flags.DEFINE_string("hf_dir", None, "Local HF checkpoint of the backbone.")

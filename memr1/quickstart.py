@@ -8,7 +8,8 @@ training tuples -> a few GRPO steps of the Answer Agent on a randomly initialise
 -> a few GRPO steps of the Memory Manager with that Answer Agent frozen -> evaluate locomo_rag and
 memory_r1 on the held-out conversation. With random weights and a handful of steps the scores are
 near zero: this run checks that every stage works end to end and shows where its outputs go. The
-learning demo (SFT warm start on imperfect teachers, then RL) is `memr1.demo` once it lands.
+learning demo (SFT warm start on imperfect teachers, then RL) is `experiments.cpu_demo` once it
+lands.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def main(argv=None) -> int:
     _run(
         [
             "-m",
-            "memr1.data.tuples",
+            "memr1.tuples",
             "--dataset",
             "synthloco",
             "--path",

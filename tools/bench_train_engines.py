@@ -2,7 +2,7 @@
 
 An engine has `name`, `n_params`, `step()` (blocks until done; returns the first-step loss
 figures on its first call, None after) and `finish()` (extra report fields; frees its memory);
-`bench_train.measure` drives them. The PyTorch side computes the loss of `memr1.train.grpo`
+`bench_train.measure` drives them. The PyTorch side computes the loss of `memr1.rl.grpo`
 (token-mean PPO-clipped surrogate plus beta times the k3 KL to a frozen reference) on HF
 transformers' model, with global-norm clipping and AdamW decaying what memr1's optimizer decays.
 """
@@ -25,7 +25,8 @@ class JaxEngine:
     name = "memr1 (JAX)"
 
     def __init__(self, setup, state, batch, ref, args, n_params: int, peak_fn):
-        from memr1.train.grpo import GRPOConfig, make_grpo_step
+        from memr1.rl.grpo import GRPOConfig
+        from memr1.train.steps import make_grpo_step
         from memr1.train.update import shard_batch
 
         self.n_params, self.state, self.peak_fn = n_params, state, peak_fn
@@ -87,7 +88,7 @@ def torch_logprobs(logits, tokens, temperature: float = 1.0):
 
 
 def torch_grpo_loss(model, ref_model, tb: dict, args):
-    """The same loss as memr1.train.grpo: token-mean clipped surrogate + beta k3 KL."""
+    """The same loss as memr1.rl.grpo: token-mean clipped surrogate + beta k3 KL."""
     import torch
 
     logp = torch_logprobs(model(input_ids=tb["tokens"], use_cache=False).logits, tb["tokens"])

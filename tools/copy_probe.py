@@ -1,4 +1,5 @@
-"""Does a demo policy copy names from its prompt? The reading probe of memr1/demo/probe.py.
+"""Does a demo policy copy names from its prompt? The reading probe of
+experiments/cpu_demo/probe.py.
 
   python tools/copy_probe.py work/demo/seed-0                       # the SFT warm start
   python tools/copy_probe.py work/demo/seed-0 --checkpoint work/demo/seed-0/answer_grpo/checkpoints
@@ -21,10 +22,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+from experiments.cpu_demo.probe import AGENTS, probe_checkpoint
+from experiments.cpu_demo.run import SeedRun, check_seed_dir
+from experiments.cpu_demo.settings import FULL, QUICK
 from memr1.data.errors import write_json_atomic
-from memr1.demo.probe import AGENTS, probe_checkpoint
-from memr1.demo.run import SeedRun, check_seed_dir
-from memr1.demo.settings import FULL, QUICK
 
 
 def main(argv=None) -> int:

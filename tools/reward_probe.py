@@ -1,4 +1,5 @@
-"""What can the manager stage's reward teach? The reward probe of memr1/demo/reward_probe.py.
+"""What can the manager stage's reward teach? The reward probe of
+experiments/cpu_demo/reward_probe.py.
 
   python tools/reward_probe.py work/demo/seed-0                  # through the RL Answer Agent
   python tools/reward_probe.py work/demo/seed-0 --answer sft     # through the warm start
@@ -9,7 +10,7 @@ On the manager stage's own states (train turns with linked questions), rewards f
 behaviours (clean / add / delete_add / none) as a GRPO group is rewarded, and prints their mean
 reward per gold operation of the turn. Where "clean" and "add" tie, GRPO cannot prefer UPDATE to
 ADD (docs/demo.md, item 41). Through the careful rule reader (person-aware, newest memory,
-no hedging; memr1.demo.answer_teacher.RuleReader) it shows what the banks themselves would
+no hedging; experiments.cpu_demo.answer_teacher.RuleReader) it shows what the banks themselves would
 reward with a reader that reads well (item 45). Prints a table and writes JSON (--out; default
 SEED_DIR/reward_probe_<answer>.json).
 """
@@ -24,11 +25,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+from experiments.cpu_demo.answer_teacher import RuleReader
+from experiments.cpu_demo.reward_probe import BEHAVIOURS, checkpoint_answerer, probe_seed
+from experiments.cpu_demo.run import SeedRun, check_seed_dir
+from experiments.cpu_demo.settings import FULL, QUICK
 from memr1.data.errors import write_json_atomic
-from memr1.demo.answer_teacher import RuleReader
-from memr1.demo.reward_probe import BEHAVIOURS, checkpoint_answerer, probe_seed
-from memr1.demo.run import SeedRun, check_seed_dir
-from memr1.demo.settings import FULL, QUICK
 
 # Checkpoint folders of the answerers a seed folder holds; "rules" needs none.
 ANSWERERS = {"rl": "answer_{algo}", "sft": "sft", "rules": None}

@@ -124,3 +124,8 @@ def value_loss(
     n = jnp.maximum(mask.sum(), 1.0)
     metrics = {"vf_clip_frac": ((err_clipped > err).astype(jnp.float32) * mask).sum() / n}
     return aggregate(per_token, mask_BT, aggregation), metrics
+
+
+def masked_mean(x_BT: jax.Array, mask_BT: jax.Array, denom: jax.Array) -> jax.Array:
+    """sum(x · mask) / denom, the building block of globally normalised metrics."""
+    return (x_BT * mask_BT.astype(jnp.float32)).sum() / jnp.maximum(denom, 1.0)

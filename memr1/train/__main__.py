@@ -9,7 +9,7 @@
 
   python -m memr1.train --config configs/memr1.py:stage=answer,algo=sft --sft_data traces.jsonl ...
 
-Training tuples come from `python -m memr1.data.tuples`; SFT data is JSONL of
+Training tuples come from `python -m memr1.tuples`; SFT data is JSONL of
 {"messages": [...chat...], "target": "reply"} (e.g. a stronger model's traces: Memory-SFT).
 The partner agent is frozen while one trains (the paper's choice): the manager stage's reward
 comes from the Answer Agent of --answer_checkpoint (the backbone's own weights if unset).
@@ -38,24 +38,25 @@ from absl import app, flags, logging
 from flax import nnx
 from ml_collections import config_flags
 
+from memr1.env import load, rollout
+from memr1.env.manager_reward import RewardEnv
+from memr1.env.policy import SamplingConfig
+from memr1.env.setup import bank_spec, check_memory_config, ingest_and_answer_configs
 from memr1.memory import BankOverflowError
 from memr1.models import config as model_config
 from memr1.models.hf_io import config_from_hf
 from memr1.models.tokenizer import load_tokenizer
-from memr1.pipeline import load
-from memr1.pipeline.policy import SamplingConfig
-from memr1.pipeline.setup import bank_spec, check_memory_config, ingest_and_answer_configs
+from memr1.rl import grpo, ppo
 from memr1.sampling.layout import decode_dtype
-from memr1.train import grpo, loop, lora, mesh, multihost, ppo, rollout, sft, state
+from memr1.train import loop, lora, mesh, multihost, sft, state
 from memr1.train.checkpoint import Checkpointer, restore_params
 from memr1.train.loop import parse_faults
-from memr1.train.manager_reward import RewardEnv
 from memr1.train.metrics_log import MetricsWriter, NonFiniteError
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/memr1.py", "Experiment config.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, logs).")
 _HF_DIR = flags.DEFINE_string("hf_dir", None, "Local HF checkpoint of the backbone.")
-_TUPLES = flags.DEFINE_string("tuples", None, "Training tuples (python -m memr1.data.tuples).")
+_TUPLES = flags.DEFINE_string("tuples", None, "Training tuples (python -m memr1.tuples).")
 _SFT_DATA = flags.DEFINE_string("sft_data", None, "JSONL of {messages, target} for SFT.")
 _INIT = flags.DEFINE_string("init_checkpoint", None, "Start from this run's policy (e.g. SFT).")
 _ANSWER = flags.DEFINE_string(
@@ -228,7 +229,7 @@ def train(
     if config.algo == "sft" and not sft_data:
         raise ValueError("algo=sft needs --sft_data (JSONL of {messages, target})")
     if config.algo != "sft" and not tuples:
-        raise ValueError(f"algo={config.algo} needs --tuples (python -m memr1.data.tuples)")
+        raise ValueError(f"algo={config.algo} needs --tuples (python -m memr1.tuples)")
     if config.algo != "sft" and config.stage == "manager":
         check_memory_config(config.memory)
     grpo_cfg = grpo.GRPOConfig.from_train_config(t)
@@ -269,7 +270,7 @@ def train(
                 writer=writer,
             )
         # -- RL data and rollout ---------------------------------------------------------------
-        from memr1.data.tuples.io import read_tuples
+        from memr1.tuples.io import read_tuples
 
         sampling = SamplingConfig(temperature=t.temperature, max_new_tokens=t.max_new_tokens)
         style = config.agents.style
@@ -294,7 +295,7 @@ def train(
             if t.only_turns_with_qa:
                 records = [r for r in records if r.has_qa]
             states = [rollout.manager_state_from_tuple(x) for x in records]
-            # The frozen Answer Agent answers as evaluation does (memr1.train.manager_reward).
+            # The frozen Answer Agent answers as evaluation does (memr1.env.manager_reward).
             answerer = load.make_policy(
                 models.answer_backbone,
                 # Each process answers over its own states' banks, on its own devices.

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from memr1.pipeline.policy import Completion
+from memr1.env.policy import Completion
 from memr1.rl.advantages import grpo_advantages, has_reward_spread
 from memr1.sampling.sampler import default_bucket
 from memr1.train import multihost
@@ -28,7 +28,7 @@ def pack_rollout(
     prompt_width: int | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
     """RL batch fields from B groups of G completions and their rewards: GRPO's (see
-    memr1.train.grpo, group advantages included) plus `rewards` [B*G] for PPO's prepare.
+    memr1.rl.grpo, group advantages included) plus `rewards` [B*G] for PPO's prepare.
 
     Prompts are left-padded to `prompt_width` (default: the bucket of the longest prompt; the
     processes of a multi-host step pass a common one, see `rollout_rows`).

@@ -24,7 +24,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from memr1.train import batches, multihost
+from memr1.train import batches, multihost, steps
 from memr1.train.checkpoint import Checkpointer
 from memr1.train.metrics_log import (
     LaggedMetrics,
@@ -219,7 +219,7 @@ def make_rl_update(
     setup: TrainSetup, algo: str, *, grpo_cfg=None, ppo_cfg=None, ref_params: Any = None
 ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
     """`update(state, host_batch) -> (state, metrics)` for "grpo" or "ppo" (jitted inside)."""
-    from memr1.train import grpo, ppo
+    from memr1.rl import grpo, ppo
 
     def with_ref(fn, beta):
         if beta > 0 and ref_params is None:
@@ -228,13 +228,13 @@ def make_rl_update(
 
     if algo == "grpo":
         grpo_cfg = grpo_cfg or grpo.GRPOConfig()
-        step = with_ref(grpo.make_grpo_step(setup, grpo_cfg), grpo_cfg.kl_beta)
+        step = with_ref(steps.make_grpo_step(setup, grpo_cfg), grpo_cfg.kl_beta)
         fields = grpo.FIELDS + ("old_logp", "sampler_logp", FAULT_FIELD)
         return lambda s, b: step(s, shard_batch(setup, {k: b[k] for k in fields if k in b}))
     if algo == "ppo":
         ppo_cfg = ppo_cfg or ppo.PPOConfig()
-        prepare = ppo.make_ppo_prepare(setup, ppo_cfg)
-        step = with_ref(ppo.make_ppo_step(setup, ppo_cfg), ppo_cfg.kl_beta)
+        prepare = steps.make_ppo_prepare(setup, ppo_cfg)
+        step = with_ref(steps.make_ppo_step(setup, ppo_cfg), ppo_cfg.kl_beta)
         fields = ppo.PREPARE_FIELDS + ("old_logp", "sampler_logp")
 
         def update(s, b):

@@ -21,9 +21,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from memr1.models.params import merge_params
 from memr1.rl.logprobs import sequence_logprobs
-from memr1.train.state import TrainSetup, TrainState, merge_params
-from memr1.train.update import Batch, make_step, masked_mean
+from memr1.rl.losses import masked_mean
+from memr1.train.state import TrainSetup, TrainState
+from memr1.train.update import Batch, make_step
 
 FIELDS = ("tokens", "valid", "loss_mask")
 

@@ -32,10 +32,11 @@ from flax import nnx, struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from memr1.models.config import ModelConfig
+from memr1.models.params import split_trainable
 from memr1.models.transformer import Transformer
+from memr1.rl.critic import ValueModel, trunk_from_policy
 from memr1.sampling.layout import decode_dtype
 from memr1.sharding import DEFAULT_RULES, logical_to_spec
-from memr1.train.critic import ValueModel, trunk_from_policy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,27 +138,6 @@ class TrainSetup:
     @property
     def replicated(self) -> NamedSharding:
         return NamedSharding(self.mesh, PartitionSpec())
-
-
-def split_trainable(params: nnx.State, trainable: Any) -> tuple[nnx.State, nnx.State]:
-    """(trainable, frozen) parts of a parameter state; `merge_params` undoes it."""
-    return nnx.split_state(params, trainable, ...)
-
-
-def rebind(tree: Any) -> Any:
-    """The same arrays in fresh nnx Variables, owned by the trace this is called in.
-
-    nnx Variables remember the trace that made them, and `nnx.remat` (the model's per-block
-    remat) refuses to touch a Variable from an enclosing trace. A parameter state that a
-    `lax.scan` body reads from the surrounding jit (frozen weights, the reference, the critic
-    during `prepare`) is therefore re-wrapped inside the body first.
-    """
-    return jax.tree.map(lambda x: x, tree)
-
-
-def merge_params(trainable: nnx.State, frozen: nnx.State) -> nnx.State:
-    """Undoes `split_trainable`; `frozen` may come from an enclosing trace (see `rebind`)."""
-    return nnx.merge_state(trainable, rebind(frozen))
 
 
 def tree_shardings(mesh: Mesh, tree: Any, rules=DEFAULT_RULES) -> Any:
@@ -292,12 +272,12 @@ def create_train_state(
         model plugs in here together with `trainable=nnx.LoRAParam` (`memr1.train.lora`).
         `params` may then hold only the base weights: the adapters are initialised by it.
       trainable: nnx filter of the parameters the optimiser updates.
-      critic_cfg: if set, a PPO value model (`memr1.train.critic.ValueModel`) is created too.
+      critic_cfg: if set, a PPO value model (`memr1.rl.critic.ValueModel`) is created too.
       critic_optim: its optimiser (paper: lr 1e-5).
       critic_params: its start weights; only with critic_from_policy=False.
       critic_from_policy: start the critic's trunk as a copy of the policy's start weights (the
         base weights under LoRA, no LM head) with a zero value head, as verl starts its critic
-        from the actor (`memr1.train.critic.trunk_from_policy`); False: `critic_params`, or a
+        from the actor (`memr1.rl.critic.trunk_from_policy`); False: `critic_params`, or a
         random trunk if None.
       materialize: False allocates nothing and returns (setup, None): a run that resumes from a
         checkpoint restores straight into `setup.abstract_state`.

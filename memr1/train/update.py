@@ -30,17 +30,11 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding
 
+from memr1.models.params import merge_params, rebind, split_trainable
 from memr1.models.vocab import check_token_ids
 from memr1.rl.logprobs import sequence_logprobs
 from memr1.sharding import logical_to_spec, use_mesh
-from memr1.train.state import (
-    TrainSetup,
-    TrainState,
-    merge_params,
-    rebind,
-    split_trainable,
-    tree_shardings,
-)
+from memr1.train.state import TrainSetup, TrainState, tree_shardings
 
 Batch = Mapping[str, jax.Array]
 FAULT_FIELD = "fault_scale"  # see the module docstring: drills only
@@ -256,11 +250,6 @@ def make_step(
         out_shardings=out_shardings,
         donate_argnums=donate,
     )
-
-
-def masked_mean(x_BT: jax.Array, mask_BT: jax.Array, denom: jax.Array) -> jax.Array:
-    """sum(x · mask) / denom, the building block of globally normalised metrics."""
-    return (x_BT * mask_BT.astype(jnp.float32)).sum() / jnp.maximum(denom, 1.0)
 
 
 def make_logprob_fn(

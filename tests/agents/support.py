@@ -2,7 +2,7 @@
 
 A retrieved set and the invariants every ParsedOps must satisfy; hypothesis strategies for the
 fuzz tests; and a reference validator used as an oracle. The reference works on Python objects
-(what the JSON says), written from the rules in memr1/agents/manager_io.py's docstrings; the fuzz
+(what the JSON says), written from the rules in memr1/env/manager_io.py's docstrings; the fuzz
 test serialises those objects in several ways and checks that the text parser agrees with it.
 """
 
@@ -15,7 +15,7 @@ from collections import Counter
 
 from hypothesis import strategies as st
 
-from memr1.agents.manager_io import (
+from memr1.env.manager_io import (
     ADD,
     COUNTER_KINDS,
     DELETE,

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from memr1.agents.answer_io import (
+from memr1.env.answer_io import (
     extract_distilled,
     extract_final_answer,
     format_answer_output,
     parse_answer_input,
     render_answer_input,
 )
-from memr1.agents.prompts import STYLES
+from memr1.env.prompts import STYLES
 
 ANSWER_CASES = [
     (

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from memr1.agents.facts_io import format_facts_output, parse_facts, render_fact_input
-from memr1.agents.jsonish import MAX_DEPTH, PartialDict, PartialList, find_values
-from memr1.agents.prompts import STYLES
+from memr1.env.facts_io import format_facts_output, parse_facts, render_fact_input
+from memr1.env.jsonish import MAX_DEPTH, PartialDict, PartialList, find_values
+from memr1.env.prompts import STYLES
 
 TURNS = [
     ("Caroline", "I went to a support group yesterday."),

@@ -10,8 +10,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memr1.agents.answer_io import extract_distilled, extract_final_answer, format_answer_output
-from memr1.agents.manager_io import format_manager_output, parse_manager_output
+from memr1.env.answer_io import extract_distilled, extract_final_answer, format_answer_output
+from memr1.env.manager_io import format_manager_output, parse_manager_output
 
 from .support import (
     ID_MAP,

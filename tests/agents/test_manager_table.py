@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from memr1.agents.manager_io import parse_manager_output
+from memr1.env.manager_io import parse_manager_output
 
 from .support import ID_MAP, NEW_FACTS, check_invariants, nonzero, summary
 

@@ -7,7 +7,7 @@ import string
 
 import pytest
 
-from memr1.agents.manager_io import (
+from memr1.env.manager_io import (
     ADD,
     DELETE,
     NOOP,
@@ -17,7 +17,7 @@ from memr1.agents.manager_io import (
     parse_manager_output,
     render_manager_input,
 )
-from memr1.agents.prompts import AGENTS, STYLES, get_template, to_prompt_text
+from memr1.env.prompts import AGENTS, STYLES, get_template, to_prompt_text
 
 from .support import check_invariants, nonzero
 

@@ -7,7 +7,6 @@ from datetime import datetime
 
 import pytest
 
-from memr1.data import fixtures
 from memr1.data.locomo import (
     dump_locomo,
     extract_dia_ids,
@@ -16,6 +15,7 @@ from memr1.data.locomo import (
     parse_locomo_date,
 )
 from memr1.data.records import Conversation, Session, Turn
+from tests import data_fixtures as fixtures
 from tests.data.helpers import write_json
 
 

@@ -7,9 +7,10 @@ import os
 
 import pytest
 
-from memr1.data import errors, fixtures
+from memr1.data import errors
 from memr1.data.errors import WHOLE_FILE, DataError
 from memr1.data.locomo import load_locomo
+from tests import data_fixtures as fixtures
 from tests.data.helpers import assert_points_at, write_json
 
 SAMPLE = "conv-7-1"  # the second record of the seed-7 fixture; breaking it shows the right record

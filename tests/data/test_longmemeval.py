@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from memr1.data import fixtures
 from memr1.data.errors import WHOLE_FILE, DataError
 from memr1.data.longmemeval import load_longmemeval, parse_longmemeval_date
 from memr1.data.records import NO_CATEGORY
+from tests import data_fixtures as fixtures
 from tests.data.helpers import assert_points_at, write_json
 
 

@@ -7,9 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from memr1.data import fixtures
 from memr1.data.errors import DataError
 from memr1.data.msc import ANCHOR_DATE, SPEAKERS, load_msc
+from tests import data_fixtures as fixtures
 from tests.data.helpers import assert_points_at, write_json
 
 

@@ -6,8 +6,8 @@ from datetime import datetime
 
 import pytest
 
-from memr1.data import fixtures
 from memr1.data.records import QA, Conversation, Session, Turn, dia_id
+from tests import data_fixtures as fixtures
 
 
 def _conversation() -> Conversation:

@@ -6,9 +6,9 @@ from collections import Counter
 
 import pytest
 
-from memr1.data import fixtures
 from memr1.data.locomo import load_locomo
 from memr1.data.split import parse_ratios, split_conversations, split_sizes
+from tests import data_fixtures as fixtures
 from tests.data.helpers import REAL_LOCOMO, needs_real_locomo, write_json
 
 

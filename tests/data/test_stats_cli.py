@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from memr1.data import fixtures
+from tests import data_fixtures as fixtures
 from tests.data.helpers import REAL_LOCOMO, REPO, needs_real_locomo, write_json
 
 

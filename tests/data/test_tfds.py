@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from memr1.data import fixtures
 from memr1.data import tfds as memr1_tfds
 from memr1.data.errors import DataError
 from memr1.data.locomo import load_locomo
@@ -16,6 +15,7 @@ from memr1.data.longmemeval import load_longmemeval
 from memr1.data.msc import load_msc
 from memr1.data.split import split_conversations
 from memr1.data.tfds.features import conversation_example, qa_example
+from tests import data_fixtures as fixtures
 
 
 def _decode(value):

@@ -17,17 +17,17 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from memr1.agents.manager_io import ManagerOp
 from memr1.data.locomo import load_locomo
 from memr1.data.split import split_conversations
 from memr1.data.synthloco import generate as synth
 from memr1.data.synthloco.world import get_preset
-from memr1.data.tuples.banks import retrieve_for_facts
-from memr1.data.tuples.build import TupleConfig, build_tuples
-from memr1.data.tuples.restore import restore_memory
-from memr1.data.tuples.schema import to_json
-from memr1.pipeline.answer import gold_answer
-from memr1.pipeline.facts import observation_index
+from memr1.env.answer import gold_answer
+from memr1.env.facts import observation_index
+from memr1.env.manager_io import ManagerOp
+from memr1.tuples.banks import retrieve_for_facts
+from memr1.tuples.build import TupleConfig, build_tuples
+from memr1.tuples.restore import restore_memory
+from memr1.tuples.schema import to_json
 
 DIM = 64
 

@@ -11,8 +11,8 @@ import pytest
 
 from memr1.data.locomo import load_locomo
 from memr1.data.split import split_conversations
-from memr1.data.tuples import read_metadata, read_tuples
-from memr1.data.tuples.cli import main
+from memr1.tuples import read_metadata, read_tuples
+from memr1.tuples.cli import main
 from tests.data.helpers import REAL_LOCOMO, REPO, needs_real_locomo
 from tests.data.test_tuples import write_synth
 
@@ -20,7 +20,7 @@ from tests.data.test_tuples import write_synth
 def _run(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "memr1.data.tuples", *args],
+        [sys.executable, "-m", "memr1.tuples", *args],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -85,8 +85,8 @@ def test_cli_refuses_to_overwrite_without_the_flag(synth_file, tmp_path, capsys)
 
 @needs_real_locomo
 def test_real_locomo_train_split_counts():
-    from memr1.data.tuples.build import build_tuples
     from memr1.embed import Encoder
+    from memr1.tuples.build import build_tuples
 
     (conv,) = split_conversations(load_locomo(REAL_LOCOMO))["train"]
     assert conv.sample_id == "conv-26"

@@ -10,14 +10,14 @@ import pytest
 from array_record.python.array_record_module import ArrayRecordWriter
 
 from memr1.data.errors import DataError
-from memr1.data.tuples import (
+from memr1.tuples import (
     SCHEMA_VERSION,
     TupleReader,
     read_metadata,
     read_tuples,
     write_tuples,
 )
-from memr1.data.tuples.schema import to_json
+from memr1.tuples.schema import to_json
 from tests.data.test_tuples import build, merge_into_first, synth_conversations, write_synth
 
 
@@ -126,7 +126,7 @@ def test_metadata_of_another_version_is_refused(tuples, tmp_path):
 
 
 def test_tfds_builder_serves_each_split_in_stored_order(tuples, tmp_path):
-    from memr1.data.tfds import tuples_builder
+    from memr1.tuples import tfds_builder as tuples_builder
 
     manual = tmp_path / "manual"
     _write(manual / "train", tuples, split="train")

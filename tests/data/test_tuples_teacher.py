@@ -8,9 +8,9 @@ written, linked and counted all the same.
 from __future__ import annotations
 
 from memr1.data.locomo import load_locomo
-from memr1.data.tuples import read_metadata, read_tuples
-from memr1.data.tuples.cli import main
 from memr1.models.tokenizer_train import train_bpe_tokenizer
+from memr1.tuples import read_metadata, read_tuples
+from memr1.tuples.cli import main
 from tests.data.test_tuples import write_synth
 
 

@@ -6,8 +6,7 @@ import random
 
 import pytest
 
-from memr1.data.tuples.schema import AnswerMemory, AnswerTuple
-from memr1.demo.augment import (
+from experiments.cpu_demo.augment import (
     augment_rows,
     pseudo_words,
     random_renaming,
@@ -16,6 +15,7 @@ from memr1.demo.augment import (
     rename_row,
     renamed_answer_states,
 )
+from memr1.tuples.schema import AnswerMemory, AnswerTuple
 
 LISTS = (("Andrew", "Jon", "Nadia"), ("Scout", "Toby"), ("Boston", "Denver"))
 

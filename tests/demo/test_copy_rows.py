@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memr1.demo.traces import copy_rows, single_token_words
+from experiments.cpu_demo.traces import copy_rows, single_token_words
 from memr1.models.tokenizer_train import train_bpe_tokenizer
 
 TEXTS = ["Andrew adopted a dog named Toby.", "Nadia moved to Seattle last year."] * 40
@@ -35,8 +35,8 @@ def test_single_token_words_are_one_token_alone_and_after_a_space(tmp_path):
 
 
 def test_manager_copy_rows_store_the_fact_verbatim_through_the_real_parser():
-    from memr1.agents.manager_io import ADD, parse_manager_output
-    from memr1.demo.traces import manager_copy_rows, target_words
+    from experiments.cpu_demo.traces import manager_copy_rows, target_words
+    from memr1.env.manager_io import ADD, parse_manager_output
 
     words = target_words([{"target": 'Andrew adopted a dog named "Toby".'}])
     assert words == ["Andrew", "Toby", "a", "adopted", "dog", "named"]
@@ -55,8 +55,8 @@ def test_manager_copy_rows_store_the_fact_verbatim_through_the_real_parser():
 
 
 def test_manager_copy_rows_repeat_a_shown_memory_and_reply_none():
-    from memr1.agents.manager_io import parse_manager_output
-    from memr1.demo.traces import manager_copy_rows
+    from experiments.cpu_demo.traces import manager_copy_rows
+    from memr1.env.manager_io import parse_manager_output
 
     words = ["alpha", "beta", "gamma", "delta", "omega"]
     plain = manager_copy_rows(words, 200, (4, 9), seed=5, style="compact")
@@ -90,8 +90,8 @@ def test_manager_copy_rows_repeat_a_shown_memory_and_reply_none():
 
 
 def test_answer_copy_rows_distil_the_one_memory_holding_the_asked_word():
-    from memr1.agents.answer_io import extract_distilled, extract_final_answer
-    from memr1.demo.traces import answer_copy_rows
+    from experiments.cpu_demo.traces import answer_copy_rows
+    from memr1.env.answer_io import extract_distilled, extract_final_answer
 
     words = ["Ann", "Bob", "Cy", "big", "cat", "dog", "red", "sun", "tea", "owl"]
     rows = answer_copy_rows(words, 60, (3, 7), seed=5, style="compact")

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import math
 
-from memr1.demo import report
-from memr1.demo.__main__ import main
-from memr1.demo.run import SYSTEMS
+from experiments.cpu_demo import report
+from experiments.cpu_demo.__main__ import main
+from experiments.cpu_demo.run import SYSTEMS
 from memr1.train.metrics_log import read_jsonl
 from tests.tool import load_tool
 

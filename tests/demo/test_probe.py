@@ -1,8 +1,9 @@
-"""The reading probe's token selection (memr1/demo/probe.py); the quick-demo test runs it whole."""
+"""The reading probe's token selection (experiments/cpu_demo/probe.py); the quick-demo test runs it
+whole."""
 
 from __future__ import annotations
 
-from memr1.demo.probe import copy_positions, is_copy_token
+from experiments.cpu_demo.probe import copy_positions, is_copy_token
 
 
 class _Pieces:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memr1.demo.run import check_seed_dir
+from experiments.cpu_demo.run import check_seed_dir
 from tests.tool import load_tool
 
 NEEDED = ("base/config.json", "data/gold_ops.json")

@@ -1,4 +1,5 @@
-"""The reward probe's fixed behaviours and grouping (memr1/demo/reward_probe.py); the quick-demo
+"""The reward probe's fixed behaviours and grouping (experiments/cpu_demo/reward_probe.py); the
+quick-demo
 test runs the tool whole through a real frozen Answer Agent."""
 
 from __future__ import annotations
@@ -8,13 +9,18 @@ import dataclasses
 import numpy as np
 import pytest
 
-from memr1.agents.manager_io import ADD, DELETE, UPDATE, parse_manager_output, render_manager_input
-from memr1.data.tuples.schema import LinkedQA, ManagerTuple, MemoryRecord
-from memr1.demo.answer_teacher import RuleReader
-from memr1.demo.reward_probe import BEHAVIOURS, behaviour_replies, gold_group, probe_rewards
-from memr1.pipeline.answer import AnswerConfig
-from memr1.pipeline.memory_store import BankSpec
-from memr1.train.manager_reward import RewardEnv
+from experiments.cpu_demo.answer_teacher import RuleReader
+from experiments.cpu_demo.reward_probe import (
+    BEHAVIOURS,
+    behaviour_replies,
+    gold_group,
+    probe_rewards,
+)
+from memr1.env.answer import AnswerConfig
+from memr1.env.manager_io import ADD, DELETE, UPDATE, parse_manager_output, render_manager_input
+from memr1.env.manager_reward import RewardEnv
+from memr1.env.memory_store import BankSpec
+from memr1.tuples.schema import LinkedQA, ManagerTuple, MemoryRecord
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from memr1.data.synthloco.generate import generate_dataset
-from memr1.data.synthloco.world import get_preset
-from memr1.demo.sentences import (
+from experiments.cpu_demo.sentences import (
     merged_hobbies,
     merged_pets,
     parse_question,
     parse_sentence,
     split_items,
 )
+from memr1.data.synthloco.generate import generate_dataset
+from memr1.data.synthloco.world import get_preset
 
 
 def test_every_observation_and_question_of_a_generated_world_parses():

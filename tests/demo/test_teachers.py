@@ -6,8 +6,10 @@ import collections
 
 import pytest
 
-from memr1.agents.answer_io import extract_distilled, extract_final_answer, render_answer_input
-from memr1.agents.manager_io import (
+from experiments.cpu_demo.answer_teacher import UNKNOWN, CarelessAnswerTeacher, RuleReader
+from experiments.cpu_demo.teacher import ManagerRates, MemZeroLikeTeacher
+from memr1.env.answer_io import extract_distilled, extract_final_answer, render_answer_input
+from memr1.env.manager_io import (
     ADD,
     DELETE,
     UPDATE,
@@ -15,9 +17,7 @@ from memr1.agents.manager_io import (
     parse_manager_output,
     render_manager_input,
 )
-from memr1.data.tuples.banks import check_teacher_ops
-from memr1.demo.answer_teacher import UNKNOWN, CarelessAnswerTeacher, RuleReader
-from memr1.demo.teacher import ManagerRates, MemZeroLikeTeacher
+from memr1.tuples.banks import check_teacher_ops
 
 TOBY = "Andrew adopted a dog named Toby yesterday."
 BUDDY = "Andrew adopted another dog named Buddy today."

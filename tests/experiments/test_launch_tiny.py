@@ -43,7 +43,7 @@ def _bash_words(line: str) -> list[str]:
 
 @pytest.mark.slow
 def test_every_stage_of_the_gpu_script_runs_with_its_own_flags(tmp_path):
-    from memr1.data.fixtures import write_locomo_fixture
+    from tests.data_fixtures import write_locomo_fixture
     from tests.train.tiny import make_hf_base
 
     # Prompts of LoCoMo tuples run to hundreds of tokens: positions as a real backbone has.

@@ -42,7 +42,7 @@ def _loss_and_grads(module: nnx.Module, trainable=nnx.Param):
     train, frozen = nnx.split_state(params, trainable, ...)
 
     def loss(train):
-        # The frozen part is re-wrapped inside the trace, as `memr1.train.state.rebind` does.
+        # The frozen part is re-wrapped inside the trace, as `memr1.models.params.rebind` does.
         merged = nnx.merge_state(train, jax.tree.map(lambda x: x, frozen))
         logp, _ = sequence_logprobs(graphdef, merged, TOKENS, VALID, chunk=4)
         return -logp.sum()

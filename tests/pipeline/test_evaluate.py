@@ -132,7 +132,7 @@ def test_memory_r1_loads_each_agent_from_its_own_checkpoint(synth_dir, tmp_path)
     import jax
     import numpy as np
 
-    from memr1.pipeline import load
+    from memr1.env import load
     from memr1.train import mesh, state
     from memr1.train.checkpoint import Checkpointer, restore_params
 
@@ -167,9 +167,9 @@ def test_memory_r1_loads_each_agent_from_its_own_checkpoint(synth_dir, tmp_path)
 
 
 def test_longmemeval_is_judged_with_its_own_prompts(synth_dir, tmp_path, monkeypatch):
-    from memr1.data.fixtures import write_longmemeval_fixture
     from memr1.eval.judge_backends import CallableBackend
     from memr1.eval.longmemeval_judge import build_longmemeval_prompt, is_abstention
+    from tests.data_fixtures import write_longmemeval_fixture
 
     path = write_longmemeval_fixture(tmp_path / "lme.json", num_instances=4)
     config = _config(synth_dir, "locomo_rag")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flax import nnx
 
-from memr1.pipeline import load
+from memr1.env import load
 from tests.models.tiny_hf import VOCAB, make_hf_model, make_tokenizer
 
 

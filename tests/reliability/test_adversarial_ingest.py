@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 
 from memr1 import memory as mem
 from memr1.data.records import Conversation, Session, Turn
-from memr1.pipeline.ingest import IngestConfig, ingest
-from memr1.pipeline.memory_store import BankSpec, ConversationMemory
-from memr1.pipeline.policy import Completion
+from memr1.env.ingest import IngestConfig, ingest
+from memr1.env.memory_store import BankSpec, ConversationMemory
+from memr1.env.policy import Completion
 
 DIM, CAPACITY, N_EXAMPLES = 16, 6, 60
 SPEAKERS = ("Ann", "Bob")

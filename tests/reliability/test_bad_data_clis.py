@@ -2,7 +2,7 @@
 
 tests/data checks each loader's errors (test_locomo_errors.py, test_longmemeval.py, test_msc.py)
 and runs each CLI on one broken file. This table sends every kind of breakage below through every
-CLI that reads that dataset (`memr1.data.stats`, `memr1.data.tuples` for LoCoMo, and
+CLI that reads that dataset (`memr1.data.stats`, `memr1.tuples` for LoCoMo, and
 `memr1.evaluate`): each must exit 2 with one message that names the file, the sample and the
 field, and write nothing. The first two run in-process through their `main(argv)`.
 """
@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from memr1.data import fixtures, stats
+from memr1.data import stats
 from memr1.data.errors import WHOLE_FILE
-from memr1.data.tuples import cli as tuples_cli
+from memr1.tuples import cli as tuples_cli
+from tests import data_fixtures as fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = {"locomo": "conv-7-1", "msc": "msc-1"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memr1.agents.manager_io import ManagerOp, format_manager_output, parse_manager_output
+from memr1.env.manager_io import ManagerOp, format_manager_output, parse_manager_output
 from tests.agents.support import FRAGMENTS, ID_MAP, check_invariants
 
 N_NESTED, N_SOUP = 600, 600

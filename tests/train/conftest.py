@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from memr1.train import grpo, mesh, sft, state
+from memr1.rl import grpo
+from memr1.train import mesh, sft, state, steps
 from tests.train import tiny
 
 OPTIM = state.OptimConfig(lr=3e-3, warmup_steps=2)
@@ -37,4 +38,4 @@ def sft_step(policy):
 @pytest.fixture(scope="session")
 def grpo_step(policy):
     """GRPO with KL β > 0 (so it takes the reference) over 2 micro-batches."""
-    return grpo.make_grpo_step(policy[0], GRPO_CFG)
+    return steps.make_grpo_step(policy[0], GRPO_CFG)

@@ -23,13 +23,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from memr1.env import rollout
+from memr1.env.answer import AnswerConfig
+from memr1.env.manager_reward import ManagerState, RewardEnv
+from memr1.env.memory_store import BankSpec
+from memr1.env.policy import Completion, SamplingConfig, TextPolicy
 from memr1.models.config import ModelConfig
-from memr1.pipeline.answer import AnswerConfig
-from memr1.pipeline.memory_store import BankSpec
-from memr1.pipeline.policy import Completion, SamplingConfig, TextPolicy
-from memr1.train import grpo, loop, multihost, rollout, state
+from memr1.rl import grpo
+from memr1.train import loop, multihost, state
 from memr1.train.checkpoint import Checkpointer
-from memr1.train.manager_reward import ManagerState, RewardEnv
 from memr1.train.metrics_log import MetricsWriter
 from tests.train import tiny
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from memr1.pipeline.policy import Completion
+from memr1.env.policy import Completion
 from memr1.train.batches import keep_signal_groups, pack_rollout, signal_first_groups
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from memr1.pipeline.policy import SamplingConfig, TextPolicy
+from memr1.env.policy import SamplingConfig, TextPolicy
 from memr1.train import mesh, state
 from tests.train import tiny
 

@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from memr1.train import grpo, update
+from memr1.rl import grpo
+from memr1.train import steps, update
 from tests.train import tiny
 from tests.train.conftest import GRPO_CFG
 
@@ -30,7 +31,7 @@ def test_grpo_epochs_on_sampler_logprobs_follow_the_advantages(policy, reference
     old = np.asarray(logp_fn(s0.params, batch))
     batch["old_logp"] = old
     batch["sampler_logp"] = (old - 0.05 * batch["response_mask"]).astype(np.float32)
-    step = grpo.make_grpo_step(setup, GRPO_CFG)
+    step = steps.make_grpo_step(setup, GRPO_CFG)
     state = tiny.copy_tree(s0)
     history = []
     for _ in range(3):
@@ -68,18 +69,18 @@ def test_beta_zero_never_traces_the_reference_pass(policy, reference, monkeypatc
     monkeypatch.setattr(grpo, "sequence_logprobs", lambda *a, **k: calls.append(1) or real(*a, **k))
     batch = tiny.grpo_batch()
     cfg = dict(n_micro=1, logprob_chunk=tiny.CHUNK)
-    grpo.make_grpo_step(setup, grpo.GRPOConfig(kl_beta=0.0, **cfg)).trace(s0, batch)
+    steps.make_grpo_step(setup, grpo.GRPOConfig(kl_beta=0.0, **cfg)).trace(s0, batch)
     without_ref = len(calls)
     calls.clear()
-    grpo.make_grpo_step(setup, grpo.GRPOConfig(kl_beta=0.1, **cfg)).trace(s0, batch, reference)
+    steps.make_grpo_step(setup, grpo.GRPOConfig(kl_beta=0.1, **cfg)).trace(s0, batch, reference)
     with_ref = len(calls)
     assert (without_ref, with_ref) == (1, 2), "β = 0 must trace only the policy's forward pass"
     # The β = 0 step has no reference argument at all; the β > 0 step requires one (jit's own
     # argument check says so before anything is traced).
     with pytest.raises((TypeError, ValueError)):
-        grpo.make_grpo_step(setup, grpo.GRPOConfig(kl_beta=0.0, **cfg)).trace(s0, batch, reference)
+        steps.make_grpo_step(setup, grpo.GRPOConfig(kl_beta=0.0, **cfg)).trace(s0, batch, reference)
     with pytest.raises(ValueError, match="in_shardings"):
-        grpo.make_grpo_step(setup, grpo.GRPOConfig(kl_beta=0.1, **cfg)).trace(s0, batch, None)
+        steps.make_grpo_step(setup, grpo.GRPOConfig(kl_beta=0.1, **cfg)).trace(s0, batch, None)
 
 
 def test_nan_guard_refuses_a_poisoned_update(policy, reference, grpo_step):
@@ -136,10 +137,10 @@ def test_shared_prompt_step_equals_whole_rows(policy, reference, n_micro):
     batch = _grouped(g)
     cfg = dict(n_micro=n_micro, kl_beta=0.05, logprob_chunk=tiny.CHUNK)
     shared_cfg = grpo.GRPOConfig(prompt_group=g, response_width=tiny.LENGTH - tiny.PROMPT, **cfg)
-    l1, g1, m1 = grpo.make_grpo_step(setup, grpo.GRPOConfig(**cfg), grads_only=True)(
+    l1, g1, m1 = steps.make_grpo_step(setup, grpo.GRPOConfig(**cfg), grads_only=True)(
         s0, batch, reference
     )
-    l2, g2, m2 = grpo.make_grpo_step(setup, shared_cfg, grads_only=True)(s0, batch, reference)
+    l2, g2, m2 = steps.make_grpo_step(setup, shared_cfg, grads_only=True)(s0, batch, reference)
     assert float(l1) != 0.0
     assert float(l2) == pytest.approx(float(l1), abs=1e-6)
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2), strict=True):
@@ -163,4 +164,4 @@ def test_shared_prompt_refuses_bad_shapes(policy):
     # 8 rows do not split into 2 micro-batches of whole groups of 8.
     cfg = grpo.GRPOConfig(prompt_group=8, response_width=10, n_micro=2, kl_beta=0.0)
     with pytest.raises(ValueError, match="whole groups of 8"):
-        grpo.make_grpo_step(setup, cfg).trace(s0, _grouped(8))
+        steps.make_grpo_step(setup, cfg).trace(s0, _grouped(8))

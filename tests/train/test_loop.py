@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 from memr1.drill.checks import raw_records, record_differences
+from memr1.env import rollout
+from memr1.env.policy import SamplingConfig, TextPolicy
 from memr1.models.tokenizer_train import train_bpe_tokenizer
-from memr1.pipeline.policy import SamplingConfig, TextPolicy
-from memr1.train import grpo, loop, mesh, rollout, state
+from memr1.rl import grpo
+from memr1.train import loop, mesh, state
 from memr1.train.checkpoint import Checkpointer
 from memr1.train.metrics_log import MetricsWriter, read_jsonl
 from tests.train import tiny

@@ -10,7 +10,7 @@ import pytest
 from flax import nnx
 
 from memr1.models import masks, transformer
-from memr1.train import lora, mesh, sft, state
+from memr1.train import lora, mesh, sft, state, steps
 from memr1.train.checkpoint import Checkpointer, restore_params
 from tests.tool import load_tool
 from tests.train import tiny
@@ -149,7 +149,7 @@ def test_memory_estimate_counts_optimiser_memory_for_the_adapters_only():
 
 def test_lora_ppo_trains_the_adapters_and_the_whole_critic():
     """PPO with a LoRA policy: the base stays bitwise, the adapters and the (whole) critic learn."""
-    from memr1.train import ppo
+    from memr1.rl import ppo
 
     setup, base, s0 = _lora_state(
         critic_cfg=tiny.CFG, critic_optim=state.OptimConfig(lr=5e-3, warmup_steps=0)
@@ -161,8 +161,8 @@ def test_lora_ppo_trains_the_adapters_and_the_whole_critic():
     raw = tiny.grpo_batch()
     raw.pop("advantages")
     raw["rewards"] = np.array([1, 0, 1, 1, 0, 0, 1, 0], np.float32)
-    batch, _ = ppo.make_ppo_prepare(setup, cfg)(s0, raw)
-    step = ppo.make_ppo_step(setup, cfg)
+    batch, _ = steps.make_ppo_prepare(setup, cfg)(s0, raw)
+    step = steps.make_ppo_step(setup, cfg)
     s, value_losses = tiny.copy_tree(s0), []
     for _ in range(3):
         s, metrics = step(s, batch)

@@ -15,8 +15,8 @@ import jax
 import numpy as np
 from flax import nnx
 
+from memr1.env import load
 from memr1.models import transformer
-from memr1.pipeline import load
 from memr1.train import lora
 from memr1.train.checkpoint import Checkpointer
 from memr1.train.metrics_log import read_jsonl

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from memr1 import memory as mem
-from memr1.pipeline.answer import AnswerConfig
-from memr1.pipeline.memory_store import BankSpec
-from memr1.pipeline.policy import SamplingConfig
-from memr1.train import manager_reward as mr
+from memr1.env import manager_reward as mr
+from memr1.env.answer import AnswerConfig
+from memr1.env.memory_store import BankSpec
+from memr1.env.policy import SamplingConfig
 
 DIM = 64
 
@@ -213,8 +213,8 @@ def test_a_candidate_that_overflows_a_raising_bank_is_an_error():
 def test_the_reward_equals_evaluations_score_of_the_same_bank():
     """One Algorithm 3: answering over a candidate bank is answering over a live memory."""
     from memr1.data.records import QA, Conversation
-    from memr1.pipeline.answer import answer_questions
-    from memr1.pipeline.memory_store import ConversationMemory
+    from memr1.env.answer import answer_questions
+    from memr1.env.memory_store import ConversationMemory
 
     answerer = RuleAnswerer()
     rewards, parsed = _rewards(STATE, OUTPUTS[:1], answerer)

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from memr1.pipeline.policy import Completion
+from memr1.env.policy import Completion
 from memr1.train import batches, multihost
 
 

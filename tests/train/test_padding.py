@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from memr1.env.policy import Completion
 from memr1.models.vocab import OutOfVocabError
-from memr1.pipeline.policy import Completion
 from memr1.train import batches, sft, update
 from tests.train import tiny
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from memr1.train import critic, mesh, ppo, state
+from memr1.rl import critic, ppo
+from memr1.train import mesh, state, steps
 from tests.train import tiny
 
 
@@ -70,7 +71,7 @@ def test_prepare_then_updates_train_actor_and_critic():
     raw.pop("advantages")
     raw["rewards"] = np.array([1, 0, 1, 1, 0, 0, 1, 0], np.float32)
 
-    batch, prep_metrics = ppo.make_ppo_prepare(setup, cfg)(s0, raw)
+    batch, prep_metrics = steps.make_ppo_prepare(setup, cfg)(s0, raw)
     mask = raw["response_mask"]
     adv = np.asarray(batch["advantages"])
     # Whitened over the batch's response tokens only; zero elsewhere.
@@ -87,7 +88,7 @@ def test_prepare_then_updates_train_actor_and_critic():
         np.testing.assert_allclose(returns[row, cols], expected, rtol=1e-5)
     assert float(prep_metrics["reward_mean"]) == pytest.approx(0.5)
 
-    step = ppo.make_ppo_step(setup, cfg)
+    step = steps.make_ppo_step(setup, cfg)
     s = tiny.copy_tree(s0)
     history = []
     for _ in range(3):
@@ -106,9 +107,9 @@ def test_prepare_then_updates_train_actor_and_critic():
 def test_ppo_without_a_critic_is_refused_before_compute(policy):
     setup, _ = policy
     with pytest.raises(ValueError, match="needs a critic"):
-        ppo.make_ppo_prepare(setup)
+        steps.make_ppo_prepare(setup, ppo.PPOConfig())
     with pytest.raises(ValueError, match="has none"):
-        ppo.make_ppo_step(setup)
+        steps.make_ppo_step(setup, ppo.PPOConfig())
 
 
 def test_ppo_config_reads_the_train_section():

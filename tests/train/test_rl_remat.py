@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from memr1.env import rollout
+from memr1.env.policy import SamplingConfig, TextPolicy
 from memr1.models.tokenizer_train import train_bpe_tokenizer
 from memr1.models.transformer import without_remat
-from memr1.pipeline.policy import SamplingConfig, TextPolicy
-from memr1.train import grpo, loop, mesh, rollout, state
+from memr1.rl import grpo
+from memr1.train import loop, mesh, state
 from tests.train import tiny
 from tests.train.test_loop import STATES
 from tests.train.test_manager_reward import STATE as MANAGER_STATE

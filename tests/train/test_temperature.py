@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from configs.base import train_section
+from memr1.env.policy import SamplingConfig, TextPolicy
 from memr1.models.transformer import init_model
-from memr1.pipeline.policy import SamplingConfig, TextPolicy
-from memr1.train import grpo, loop, mesh, ppo, state
+from memr1.rl import grpo, ppo
+from memr1.train import loop, mesh, state
 from memr1.train.batches import pack_rollout
 from tests.train import tiny
 

@@ -1,0 +1,136 @@
+"""Entity renaming for the warm start's traces: it makes copying the only way to be right.
+
+A tiny model trained for a few minutes on 32 conversations learns the prior of its training
+names faster than it learns to copy: asked to store "Andrew's favorite food is dumplings." it
+writes "Jon's favorite food is pizza." (Jon and Nadia are the most frequent speakers of the
+train split). Renaming the entities of a trace row consistently, prompt and target alike, with a
+fresh random permutation per row keeps every row correct while making any name prior useless, so
+the gradient goes into attending to the prompt (induction-style copying) instead.
+
+Only pure identifiers are permuted, each within its own list: people, pet names, home cities and
+trip destinations. Foods, hobbies, jobs and events are left alone: their answers are derived
+(cuisine, venue), their articles differ ("a nurse" / "an engineer") or their words occur inside
+other phrases ("fair" in "a craft fair").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from memr1.data.synthloco.world import SynthConfig, Vocab
+from memr1.tuples.schema import AnswerTuple
+
+
+def entity_lists(synth: SynthConfig) -> tuple[tuple[str, ...], ...]:
+    """The permutable lists of a synthloco world (people, pet names, cities, destinations)."""
+    vocab = Vocab.from_config(synth)
+    return (vocab.names, vocab.pet_names, vocab.cities, vocab.destinations)
+
+
+_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z")
+_VOWELS = ("a", "e", "i", "o", "u")
+
+
+def pseudo_words(n: int, seed: int, avoid: Sequence[str] = ()) -> tuple[str, ...]:
+    """``n`` distinct capitalised made-up words of two or three consonant-vowel syllables
+    ("Kalo", "Mivetu"), none of them in ``avoid``."""
+    syllables = [c + v for c in _ONSETS for v in _VOWELS]
+    if n > len(syllables) ** 2:
+        raise ValueError(f"pseudo_words: at most {len(syllables) ** 2} words, asked for {n}")
+    rng, taken, out = random.Random(seed), {w.lower() for w in avoid}, []
+    while len(out) < n:
+        word = "".join(rng.choices(syllables, k=rng.choice((2, 3)))).capitalize()
+        if word.lower() not in taken:
+            taken.add(word.lower())
+            out.append(word)
+    return tuple(out)
+
+
+def random_renaming(
+    lists: Sequence[Sequence[str]], rng: random.Random, pool: Sequence[str] = ()
+) -> dict[str, str]:
+    """A word -> word mapping: a random permutation within each list, or (with a ``pool``) every
+    word of the lists mapped to a different random word of the pool."""
+    if pool:
+        words = [w for ws in lists for w in ws]
+        if len(words) > len(pool):
+            raise ValueError(f"renaming pool of {len(pool)} words for {len(words)} entities")
+        return dict(zip(words, rng.sample(list(pool), len(words))))
+    mapping: dict[str, str] = {}
+    for words in lists:
+        shuffled = list(words)
+        rng.shuffle(shuffled)
+        mapping.update(zip(words, shuffled))
+    return mapping
+
+
+def rename(text: str, mapping: Mapping[str, str]) -> str:
+    """Replaces every whole-word occurrence of a mapped word, all at once (no chains)."""
+    if not mapping:
+        return text
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(mapping, key=len)[::-1])) + r")\b")
+    return pattern.sub(lambda m: mapping[m.group(1)], text)
+
+
+def rename_row(row: Mapping[str, Any], mapping: Mapping[str, str]) -> dict[str, Any]:
+    """A trace row ({messages, target}) with the same renaming applied to every text in it."""
+    messages = [{**m, "content": rename(m["content"], mapping)} for m in row["messages"]]
+    return {"messages": messages, "target": rename(row["target"], mapping)}
+
+
+def augment_rows(
+    rows: Sequence[Mapping[str, Any]],
+    lists: Sequence[Sequence[str]],
+    fraction: float,
+    seed: int,
+    pool: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """``rows`` with a random ``fraction`` of them renamed, each by its own random mapping
+    (``random_renaming``: within the lists, or onto ``pool``)."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"the renamed fraction must be in [0, 1], got {fraction}")
+    rng = random.Random(seed)
+    out = []
+    for row in rows:
+        if rng.random() < fraction:
+            out.append(rename_row(row, random_renaming(lists, rng, pool)))
+        else:
+            out.append(dict(row))
+    return out
+
+
+def rename_answer_tuple(t: AnswerTuple, mapping: Mapping[str, str]) -> AnswerTuple:
+    """An answer tuple with the same renaming applied to its question, gold answer, speakers and
+    memories (a renamed speaker keeps their memories)."""
+    memories = tuple(
+        dataclasses.replace(m, speaker=rename(m.speaker, mapping), text=rename(m.text, mapping))
+        for m in t.memories
+    )
+    speakers = (rename(t.speakers[0], mapping), rename(t.speakers[1], mapping))
+    return dataclasses.replace(
+        t,
+        question=rename(t.question, mapping),
+        answer=rename(t.answer, mapping),
+        speakers=speakers,
+        memories=memories,
+    )
+
+
+def renamed_answer_states(
+    tuples: Sequence[AnswerTuple], lists: Sequence[Sequence[str]], copies: int, seed: int
+) -> list[AnswerTuple]:
+    """RL states: ``tuples`` followed by ``copies`` renamed copies of each, every copy with its
+    own random renaming. A policy rewarded on the same 600 questions again and again learns
+    their answers ("Andrew's favorite food is dumplings" in this world) along with how to read;
+    with the names shuffled per copy only reading the memories is rewarded."""
+    if copies < 0:
+        raise ValueError(f"renamed copies must be >= 0, got {copies}")
+    rng = random.Random(seed)
+    out = list(tuples)
+    for _ in range(copies):
+        out += [rename_answer_tuple(t, random_renaming(lists, rng)) for t in tuples]
+    return out

@@ -1,0 +1,161 @@
+"""The reward probe: which operations can the manager stage's outcome reward tell apart?
+
+GRPO can only teach the manager an operation that earns more reward than the one it replaces.
+This probe measures that directly. On every state of the manager stage (a train-split turn with
+linked questions, as the stage samples them), it writes four fixed behaviours as manager replies
+and rewards them exactly as a GRPO group is rewarded
+(:func:`memr1.env.manager_reward.manager_rewards`, through a given frozen Answer Agent):
+
+  clean       the demo teacher's rules with every choice made right: merge another list item
+              into its list, UPDATE a changed value, DELETE a cancelled plan, NONE for a repeat,
+              ADD the rest
+  add         ADD every fact (a changed value beside the stale one, a repeat as a duplicate)
+  delete_add  DELETE the related memory and ADD the fact (a list keeps only the new item)
+  none        the empty reply
+
+States are grouped by the turn's gold operation (synthloco's labels, read here only to group the
+report; no reward sees them), UPDATE split into list items and changed values. Where ``clean``
+and ``add`` score alike, no outcome reward through that answerer can teach UPDATE over ADD.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+from experiments.cpu_demo.teacher import ManagerRates, MemZeroLikeTeacher
+from memr1.env.manager_io import format_manager_output
+
+BEHAVIOURS: dict[str, ManagerRates | None] = {
+    "clean": ManagerRates(
+        list_merge=1.0,
+        list_delete_add=0.0,
+        change_update=1.0,
+        change_delete_add=0.0,
+        cancel_delete=1.0,
+        repeat_noop=1.0,
+    ),
+    # never merges, never deletes, never skips: every fact becomes a new memory
+    "add": ManagerRates(0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+    "delete_add": ManagerRates(
+        list_merge=0.0,
+        list_delete_add=1.0,
+        change_update=0.0,
+        change_delete_add=1.0,
+        cancel_delete=1.0,
+        repeat_noop=1.0,
+    ),
+    "none": None,
+}
+GROUPS = ("ADD", "UPDATE-list", "UPDATE-change", "DELETE", "NOOP")
+
+
+def behaviour_replies(t: Any, style: str = "compact") -> dict[str, str]:
+    """Each behaviour's manager reply to the ManagerTuple ``t`` (rates of 0 or 1 draw nothing
+    that matters, so the replies do not depend on the teacher's seed)."""
+    _, id_map = t.manager_input(style=style)
+    out = {}
+    for name, rates in BEHAVIOURS.items():
+        ops = (
+            [] if rates is None else MemZeroLikeTeacher(0, rates)(list(t.facts), list(t.retrieved))
+        )
+        out[name] = format_manager_output(ops, id_map, style=style)
+    return out
+
+
+def gold_group(gold: Mapping[str, Any]) -> str:
+    """The report group of one synthloco gold entry."""
+    if gold["op"] == "UPDATE":
+        return "UPDATE-change" if gold["delete_add_ok"] else "UPDATE-list"
+    return gold["op"]
+
+
+def gold_index(path) -> dict[tuple[str, str], dict]:
+    """(sample_id, dia_id) -> gold entry, from a synthloco gold_ops.json."""
+    with open(path, encoding="utf-8") as f:
+        conversations = json.load(f)["conversations"]
+    return {(sid, op["dia_id"]): op for sid, conv in conversations.items() for op in conv["ops"]}
+
+
+def probe_rewards(
+    states: list[Any], gold: Mapping[tuple[str, str], Mapping], env: Any
+) -> dict[str, Any]:
+    """Mean reward of each behaviour per gold group over the ManagerTuples ``states``, through
+    the manager stage's own reward path and frozen answerer (``env``, a
+    `memr1.env.manager_reward.RewardEnv`).
+
+    Returns:
+      {"states", "groups": {group: {"n", "reward": {behaviour: mean}}}}; a state whose turn has
+      no gold entry is an error (the probe needs a synthloco world).
+    """
+    from memr1.env.manager_reward import manager_rewards
+    from memr1.env.rollout import manager_state_from_tuple
+
+    rewards: dict[str, dict[str, list[float]]] = collections.defaultdict(
+        lambda: collections.defaultdict(list)
+    )
+    for t in states:
+        entry = gold.get((t.sample_id, t.dia_id))
+        if entry is None:
+            raise KeyError(f"no gold operation for {t.sample_id} {t.dia_id}")
+        replies = behaviour_replies(t)
+        got = manager_rewards(
+            [manager_state_from_tuple(t)], [list(replies.values())], env, key=jax.random.key(0)
+        ).rewards[0]
+        for name, r in zip(replies, got):
+            rewards[gold_group(entry)][name].append(float(r))
+    groups = {
+        g: {
+            "n": len(rewards[g]["none"]),
+            "reward": {name: float(np.mean(rewards[g][name])) for name in BEHAVIOURS},
+        }
+        for g in GROUPS
+        if g in rewards
+    }
+    return {"states": len(states), "groups": groups}
+
+
+def checkpoint_answerer(seed_run, answer_checkpoint: str):
+    """The Answer Agent saved in ``answer_checkpoint`` (an Orbax train directory) on the seed's
+    backbone, as the manager stage loads its frozen answerer."""
+    from memr1.env import load
+    from memr1.train.checkpoint import restore_params
+
+    backbone = load.load_backbone(hf_dir=str(seed_run.base))
+    params = restore_params(answer_checkpoint, backbone.params)
+    return load.make_policy(backbone, params, batch_size=64)
+
+
+def probe_seed(seed_run, answerer, *, max_states: int | None = None) -> dict:
+    """The probe over a demo seed's manager-stage states through ``answerer`` (a policy, e.g.
+    ``checkpoint_answerer``, or the rule reader); the seed's memory sizes and embedder, as the
+    manager stage uses them."""
+    from memr1.tuples import read_tuples
+
+    states = [t for t in read_tuples(seed_run.rl_tuples, "manager") if t.has_qa]
+    states = states[:max_states] if max_states else states
+    return probe_rewards(
+        states, gold_index(seed_run.data / "gold_ops.json"), reward_env(seed_run, answerer)
+    )
+
+
+def reward_env(seed_run, answerer):
+    """The manager stage's reward settings of a demo seed (its own config), through
+    ``answerer``."""
+    from experiments.cpu_demo.commands import load_config, stage_overrides
+    from memr1.env.manager_reward import RewardEnv
+    from memr1.env.setup import bank_spec, ingest_and_answer_configs
+
+    overrides = stage_overrides(seed_run.s, seed_run.seed, stage="manager", algo=seed_run.algo)
+    config = load_config(f"stage=manager,algo={seed_run.algo},runlocal", overrides)
+    return RewardEnv(
+        answerer=answerer,
+        embed=seed_run.encoder().encode,
+        answer=ingest_and_answer_configs(config)[1],
+        bank=bank_spec(config.memory),
+    )

@@ -1,0 +1,383 @@
+"""One seed of the demo, stage by stage, through the same functions a user calls.
+
+  data       synthloco world of the seed: train / validation / test conversations + gold ops
+  tuples     the train split's banks, built turn by turn by the Mem0-like manager teacher
+  traces     SFT rows: the manager teacher's ops and the careless answer teacher's replies
+  tokenizer  byte-level BPE on the train split's text (train_bpe_tokenizer), HF format
+  base       the tiny backbone, randomly initialised, exported as an HF checkpoint
+  sft        one policy warm-started on both agents' traces (memr1.train.train, algo=sft)
+  rl_tuples  the answer stage's states: the train tuples plus entity-renamed copies of the
+             answer tuples (only with ``rl_rename_copies``)
+  rl_answer  GRPO (or PPO) of the Answer Agent from the warm start, reward = EM
+  rl_manager GRPO (or PPO) of the manager from the warm start, reward = EM of the FROZEN
+             RL-trained Answer Agent over the bank each sampled output produces
+  eval/*     memr1.evaluate.evaluate of the four systems on the held-out split
+
+Every stage writes into its own folder of the seed's directory and is skipped when its output is
+already there, so an interrupted demo picks up where it stopped (training resumes from its last
+Orbax checkpoint). Wall time per stage goes to ``timings.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from experiments.cpu_demo import augment, traces
+from experiments.cpu_demo.answer_teacher import CarelessAnswerTeacher
+from experiments.cpu_demo.commands import config_flags, load_config, run_module, stage_overrides
+from experiments.cpu_demo.settings import DemoSettings
+from experiments.cpu_demo.teacher import MemZeroLikeTeacher
+from memr1.data.split import split_conversations
+from memr1.data.synthloco import generate as synth
+from memr1.train.checkpoint import COMMIT_MARKER
+
+SYSTEMS = ("locomo_rag", "mem0", "memory_sft", "memory_r1")
+PRESET_NAME = "experiments.cpu_demo"
+
+
+class SeedRun:
+    """The folders and stages of one seed (see the module docstring)."""
+
+    def __init__(self, settings: DemoSettings, seed: int, root: Path, *, algo: str, log):
+        self.s, self.seed, self.root, self.algo = settings, int(seed), Path(root), algo
+        self.log: Callable[[str], None] = log
+        self.timings: dict[str, float] = {}
+        self.data = self.root / "data"
+        self.tuples = self.root / "tuples"
+        self.rl_tuples = self.root / "rl_tuples"
+        self.sft_data = self.root / "traces" / "sft.jsonl"
+        self.copy_data = self.root / "traces" / "copy.jsonl"
+        self.copy = self.root / "copy"
+        self.tokenizer = self.root / "tokenizer"
+        self.base = self.root / "base"
+        self.sft = self.root / "sft"
+        self.sft_export = self.root / "sft_hf"
+        self.rl_answer = self.root / f"answer_{algo}"
+        self.rl_manager = self.root / f"manager_{algo}"
+        self.trace_mix: dict[str, int] = {}
+        self._encoder = None
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _timed(self, name: str, fn: Callable[[], Any]) -> Any:
+        start = time.perf_counter()
+        self.log(f"[seed {self.seed}] {name} ...")
+        out = fn()
+        self.timings[name] = round(time.perf_counter() - start, 1)
+        self.log(f"[seed {self.seed}] {name} done in {self.timings[name]:.0f} s")
+        return out
+
+    def encoder(self):
+        if self._encoder is None:
+            from memr1.embed import Encoder
+
+            self._encoder = Encoder.from_dir()
+        return self._encoder
+
+    def conversations(self, split: str):
+        from memr1.data.locomo import load_locomo
+
+        loaded = load_locomo(self.data / f"{split}.json", source="synthloco")
+        return list(split_conversations(loaded, (1,), names=("all",))["all"])
+
+    # -- stages ------------------------------------------------------------------------------
+
+    def make_data(self) -> None:
+        if (self.data / "metadata.json").is_file():
+            return
+        dataset = synth.generate_dataset(self.s.with_seed(self.seed))
+        synth.write_dataset(dataset, self.data, preset=PRESET_NAME)
+
+    def teacher_tuples(self, split: str):
+        """The manager and answer tuples of a split, its banks built by the manager teacher."""
+        from memr1.env.memory_store import BankSpec
+        from memr1.tuples.build import TupleConfig, build_tuples
+
+        enc = self.encoder()
+        cfg = TupleConfig(
+            builder="teacher",
+            window=-1,
+            k_per_fact=self.s.k_per_fact,
+            k_per_speaker=self.s.k_per_speaker,
+            only_with_qa=False,
+            bank=BankSpec(capacity=self.s.capacity, overflow="raise", retriever="exact_numpy"),
+        )
+        return build_tuples(
+            self.conversations(split),
+            embed=enc.encode,
+            dim=enc.dim,
+            cfg=cfg,
+            teacher=MemZeroLikeTeacher(self.seed),
+        )
+
+    def answer_teacher(self) -> CarelessAnswerTeacher:
+        return CarelessAnswerTeacher(
+            self.seed, self.s.stale_bias, self.s.person_blind, self.s.hedge
+        )
+
+    def make_tuples(self) -> None:
+        from memr1.tuples import write_tuples
+
+        if (self.tuples / "metadata.json").is_file():
+            return
+        built = self.teacher_tuples("train")
+        meta = {"teacher": MemZeroLikeTeacher.name, "window": -1, "counts": built.counts}
+        write_tuples(self.tuples, built.manager, built.answer, meta, overwrite=True)
+
+    def make_rl_tuples(self) -> None:
+        """The answer stage's states: the train tuples plus renamed copies of the answer ones."""
+        from memr1.tuples import read_tuples, write_tuples
+
+        if (self.rl_tuples / "metadata.json").is_file():
+            return
+        lists = augment.entity_lists(self.s.synth)
+        answer = augment.renamed_answer_states(
+            read_tuples(self.tuples, "answer"), lists, self.s.rl_rename_copies, self.seed + 7
+        )
+        meta = {"from": str(self.tuples), "renamed_copies": self.s.rl_rename_copies}
+        write_tuples(
+            self.rl_tuples, read_tuples(self.tuples, "manager"), answer, meta, overwrite=True
+        )
+
+    def make_traces(self) -> None:
+        from memr1.tuples import read_tuples
+
+        mix_file = self.sft_data.with_name("manager_mix.json")
+        if self.sft_data.is_file() and mix_file.is_file():
+            self.trace_mix = json.loads(mix_file.read_text())
+            return
+        manager, mix = traces.manager_rows(
+            read_tuples(self.tuples, "manager"), MemZeroLikeTeacher(self.seed), "compact"
+        )
+        answer = traces.answer_rows(
+            read_tuples(self.tuples, "answer"),
+            self.answer_teacher(),
+            "compact",
+            direct_fraction=self.s.direct_fraction,
+            seed=self.seed,
+        )
+        self.trace_mix = dict(mix.most_common())
+        full = traces.full_text_rows(manager + answer, self.s.full_text_fraction, self.seed)
+        lists = augment.entity_lists(self.s.synth)
+        pool = ()
+        if self.s.rename_pool:
+            real = [w for ws in lists for w in ws]
+            pool = augment.pseudo_words(self.s.rename_pool, self.seed, avoid=real)
+        rows = augment.augment_rows(
+            manager + answer + full, lists, self.s.rename_fraction, self.seed, pool
+        )
+        words = traces.target_words(manager + answer)
+        if self.s.manager_copy_rows:
+            n, lengths = self.s.manager_copy_rows, (4, 9)
+            rows += traces.manager_copy_rows(
+                words, n, lengths, self.seed, "compact", self.s.manager_repeat_fraction
+            )
+        if self.s.answer_copy_rows:
+            n, lengths = self.s.answer_copy_rows, (3, 7)
+            rows += traces.answer_copy_rows(words, n, lengths, self.seed + 1, "compact")
+        traces.write_jsonl(self.sft_data, rows)
+        mix_file.write_text(json.dumps(self.trace_mix, indent=1) + "\n")
+
+    def trace_texts(self) -> list[str]:
+        """Prompt and target texts of the written SFT traces."""
+        with open(self.sft_data, encoding="utf-8") as f:
+            return traces.trace_texts(json.loads(line) for line in f)
+
+    def make_tokenizer(self) -> None:
+        from memr1.models.tokenizer_train import train_bpe_tokenizer
+
+        if (self.tokenizer / "tokenizer.json").is_file():
+            return
+        texts = [t.text for c in self.conversations("train") for t in c.iter_turns()]
+        texts += self.trace_texts()
+        train_bpe_tokenizer(texts, self.tokenizer, vocab_size=self.s.vocab_size)
+
+    def make_base(self) -> None:
+        """The tiny backbone with a vocabulary cut to the tokenizer's, as an HF checkpoint."""
+        from memr1.models import config as model_config
+        from memr1.models import transformer
+        from memr1.models.hf_export import export_hf
+        from memr1.models.tokenizer import load_tokenizer
+
+        if (self.base / "config.json").is_file():
+            return
+        vocab = -(-len(load_tokenizer(self.tokenizer)) // 128) * 128
+        cfg = model_config.get_size("tiny", vocab_size=vocab)
+        _, params = transformer.init_model(cfg, seed=self.seed)
+        export_hf(cfg, params, self.base, tokenizer_dir=self.tokenizer, overwrite=True)
+
+    def sft_length(self) -> int:
+        """The longest trace (prompt + reply + EOS) in tokens, rounded up to a multiple of 16:
+        SFT pads every row to this length, so a tight bound is time saved on every step."""
+        from memr1.env.prompts import to_prompt_text
+        from memr1.models.tokenizer import load_tokenizer
+
+        tok = load_tokenizer(self.base)
+        longest = 0
+        with open(self.sft_data, encoding="utf-8") as f:
+            for line in f:
+                row = json.loads(line)
+                n = len(tok.encode(to_prompt_text(row["messages"]))) + len(
+                    tok.encode(row["target"])
+                )
+                longest = max(longest, n + 1)
+        return -(-longest // 16) * 16
+
+    def make_copy_data(self) -> None:
+        """The copy warm-up's rows (traces.copy_rows) over the words the tokenizer keeps whole."""
+        from memr1.models.tokenizer import load_tokenizer
+
+        if self.copy_data.is_file():
+            return
+        tok = load_tokenizer(self.tokenizer)
+        words = traces.single_token_words(self.trace_texts(), tok)
+        n_rows = self.s.copy_steps * self.s.copy_batch // 2 + 1
+        traces.write_jsonl(
+            self.copy_data, traces.copy_rows(words, n_rows, self.s.copy_words, self.seed)
+        )
+
+    def train_copy(self) -> None:
+        """The copy warm-up (traces.copy_rows): SFT on random word sequences repeated back."""
+        overrides = stage_overrides(self.s, self.seed, stage="answer", algo="copy")
+        self._train("stage=answer,algo=sft,runlocal", overrides, self.copy, sft_data=self.copy_data)
+
+    def train_sft(self) -> None:
+        from memr1.env import load
+        from memr1.models import hf_export
+        from memr1.train.checkpoint import restore_params
+
+        overrides = stage_overrides(self.s, self.seed, stage="answer", algo="sft")
+        overrides["train.sft_length"] = self.sft_length()
+        self._train(
+            "stage=answer,algo=sft,runlocal",
+            overrides,
+            self.sft,
+            sft_data=self.sft_data,
+            init=self.copy if self.s.copy_steps > 0 else None,
+        )
+        if not (self.sft_export / "config.json").is_file():
+            # The warm start as a plain HF checkpoint: the "base model" the prompted baselines
+            # (LoCoMo-RAG, Mem0) run on.
+            backbone = load.load_backbone(hf_dir=str(self.base))
+            params = restore_params(self.sft / "checkpoints", backbone.params)
+            hf_export.export_hf(
+                backbone.cfg, params, self.sft_export, tokenizer_dir=self.base, overwrite=True
+            )
+
+    def train_answer(self) -> None:
+        overrides = stage_overrides(self.s, self.seed, stage="answer", algo=self.algo)
+        arg = f"stage=answer,algo={self.algo},runlocal"
+        tuples = self.rl_tuples if self.s.rl_rename_copies else self.tuples
+        self._train(arg, overrides, self.rl_answer, init=self.sft, tuples=tuples)
+
+    def train_manager(self) -> None:
+        overrides = stage_overrides(self.s, self.seed, stage="manager", algo=self.algo)
+        arg = f"stage=manager,algo={self.algo},runlocal"
+        self._train(arg, overrides, self.rl_manager, init=self.sft, answer=self.rl_answer)
+
+    def _train(
+        self, arg, overrides, workdir: Path, *, sft_data=None, init=None, answer=None, tuples=None
+    ):
+        """``python -m memr1.train`` for one stage (it resumes from its own checkpoints).
+
+        A stage whose last step is already saved is not started again at all.
+        """
+        last = workdir / "checkpoints" / str(overrides["train.steps"]) / COMMIT_MARKER
+        if last.is_file():
+            return
+        args = config_flags(arg, overrides)
+        tuples = self.tuples if tuples is None else tuples
+        args += [f"--workdir={workdir}", f"--hf_dir={self.base}", f"--tuples={tuples}"]
+        if sft_data is not None:
+            args.append(f"--sft_data={sft_data}")
+        if init is not None:
+            args.append(f"--init_checkpoint={init / 'checkpoints'}")
+        if answer is not None:
+            args.append(f"--answer_checkpoint={answer / 'checkpoints'}")
+        run_module("memr1.train", args, self.log)
+
+    def evaluate(self, system: str, split: str) -> dict:
+        """memr1.evaluate.evaluate of one system; its results.json is reused when present.
+
+        Evaluation runs in this process (unlike training): the four systems then share one
+        Python start-up and one compilation cache.
+        """
+        from memr1.evaluate import evaluate
+
+        out = self.root / "eval" / split / system
+        if (out / "results.json").is_file():
+            return json.loads((out / "results.json").read_text())
+        overrides = stage_overrides(self.s, self.seed, stage="eval", algo="grpo")
+        overrides["data.path"] = str(self.data / f"{split}.json")
+        overrides["data.gold_ops"] = str(self.data / "gold_ops.json")
+        config = load_config(f"system={system},dataset=synthloco,runlocal", overrides)
+        manager = answer = None
+        if system == "memory_sft":
+            manager = answer = str(self.sft / "checkpoints")
+        elif system == "memory_r1":
+            manager = str(self.rl_manager / "checkpoints")
+            answer = str(self.rl_answer / "checkpoints")
+        return evaluate(
+            config,
+            hf_dir=str(self.sft_export),
+            manager_ckpt=manager,
+            answer_ckpt=answer,
+            embed_dir=None,
+            workdir=str(out),
+            overwrite=True,
+        )
+
+    # -- all of it -----------------------------------------------------------------------------
+
+    def run(self, split: str = "test") -> dict:
+        """Runs every stage; returns the seed's summary (results per system, timings)."""
+        start = time.perf_counter()
+        self._timed("data", self.make_data)
+        self._timed("tuples", self.make_tuples)
+        self._timed("traces", self.make_traces)
+        self._timed("tokenizer", self.make_tokenizer)
+        self._timed("base", self.make_base)
+        if self.s.copy_steps > 0:
+            self._timed("copy_data", self.make_copy_data)
+            self._timed("copy", self.train_copy)
+        self._timed("sft", self.train_sft)
+        if self.s.rl_rename_copies:
+            self._timed("rl_tuples", self.make_rl_tuples)
+        self._timed(f"answer_{self.algo}", self.train_answer)
+        self._timed(f"manager_{self.algo}", self.train_manager)
+        results = {}
+        for system in SYSTEMS:
+            job = lambda system=system: self.evaluate(system, split)
+            results[system] = self._timed(f"eval_{system}", job)
+        self.timings["total"] = round(time.perf_counter() - start, 1)
+        summary = {
+            "seed": self.seed,
+            "algo": self.algo,
+            "split": split,
+            "timings_s": self.timings,
+            "trace_manager_mix": self.trace_mix,
+            "results": results,
+        }
+        (self.root / "timings.json").write_text(json.dumps(self.timings, indent=1) + "\n")
+        return summary
+
+
+def check_seed_dir(seed_dir: Path, needed: tuple[str, ...], seed: int | None = None) -> int:
+    """The seed of a finished demo seed folder, for tools that read one; ValueError if unusable.
+
+    ``needed`` are files (relative to the folder) the tool reads; the seed comes from ``seed``
+    or else from the folder's name (``seed-N``).
+    """
+    for rel in needed:
+        if not (seed_dir / rel).is_file():
+            raise ValueError(f"{seed_dir}: no {rel} (run `make demo` first, or point at a seed)")
+    if seed is not None:
+        return seed
+    try:
+        return int(seed_dir.name.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        raise ValueError(f"{seed_dir}: cannot read the seed from the name; pass --seed") from None

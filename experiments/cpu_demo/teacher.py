@@ -1,0 +1,137 @@
+"""The demo's Memory Manager teacher: a rule-based, Mem0-like manager that is wrong on purpose.
+
+It is the callable teacher of ``memr1.tuples.build_tuples``: ``teacher(facts, retrieved)``
+returns the operations for one turn. It reads each fact and the retrieved memories with
+``experiments.cpu_demo.sentences``, finds the top-retrieved memory about the same thing (same
+person, same
+fact key) and then behaves like Mem0's prompted manager often does in practice (the failure shown
+in Figure 1 of the Memory-R1 paper):
+
+* another item of a list (a second dog, a new hobby): it merges the item into the memory
+  (UPDATE with "Andrew has two dogs: Toby and Buddy.") only sometimes; more often it DELETEs the
+  memory and ADDs the new fact alone, which loses the earlier items, or it ADDs the new fact
+  next to the old memory, which splits the list;
+* a changed value (a move, a new job, a different trip): UPDATE sometimes, DELETE+ADD sometimes,
+  and most often a plain ADD that leaves the stale value in the bank next to the new one;
+* a cancelled plan: DELETE sometimes, more often it ADDs "cancelled ..." as a new memory;
+* a repeat of something stored: NOOP mostly, now and then a duplicate ADD;
+* anything with no related memory retrieved: ADD.
+
+The choices are drawn from a random stream seeded by the teacher's seed and the turn's content
+(facts and retrieved memories), so the same turn always gets the same ops: the SFT traces written
+later from the tuples are exactly what built the tuples' banks. Memory texts are the fact
+sentences themselves (relative dates included, as Mem0 keeps them), or the merged list forms.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import random
+from collections.abc import Sequence
+
+from experiments.cpu_demo.sentences import Sentence, merged_hobbies, merged_pets, parse_sentence
+from memr1.env.manager_io import ADD, DELETE, UPDATE, ManagerOp
+
+
+@dataclasses.dataclass(frozen=True)
+class ManagerRates:
+    """How often the teacher does each thing (the rest of each case is a plain ADD).
+
+    Attributes:
+      list_merge: another list item -> UPDATE with the merged list (the right op).
+      list_delete_add: another list item -> DELETE the list memory, ADD the new item alone.
+      change_update: changed value -> UPDATE with the new fact (right).
+      change_delete_add: changed value -> DELETE + ADD (accepted as right for single values).
+      cancel_delete: cancelled plan -> DELETE (right); otherwise ADD the cancellation.
+      repeat_noop: repeated fact -> NOOP (right); otherwise ADD a duplicate.
+    """
+
+    list_merge: float = 0.35
+    list_delete_add: float = 0.45
+    change_update: float = 0.35
+    change_delete_add: float = 0.15
+    cancel_delete: float = 0.4
+    repeat_noop: float = 0.8
+
+
+class MemZeroLikeTeacher:
+    """``teacher(facts, retrieved) -> list[ManagerOp]`` with the behaviour of the module docstring.
+
+    Args:
+      seed: mixes into every turn's random stream (the demo passes its run seed).
+      rates: the behaviour mix.
+    """
+
+    name = "mem0-like-rules"
+
+    def __init__(self, seed: int = 0, rates: ManagerRates = ManagerRates()):
+        self.seed = int(seed)
+        self.rates = rates
+
+    def rng_for(self, facts: Sequence[str], retrieved: Sequence[tuple[int, str]]) -> random.Random:
+        """The turn's random stream: a function of the seed and the turn's content only."""
+        blob = json.dumps([self.seed, list(facts), [[int(i), t] for i, t in retrieved]])
+        return random.Random(hashlib.sha256(blob.encode("utf-8")).hexdigest())
+
+    def __call__(
+        self, facts: Sequence[str], retrieved: Sequence[tuple[int, str]]
+    ) -> list[ManagerOp]:
+        """The ops for one turn's facts given the memories retrieved for them (real ids)."""
+        rng = self.rng_for(facts, retrieved)
+        shown = [(int(i), text, parse_sentence(text)) for i, text in retrieved]
+        ops: list[ManagerOp] = []
+        used: set[int] = set()
+        for fact in facts:
+            ops += self._one_fact(fact, shown, used, rng)
+        return ops
+
+    def _one_fact(self, fact, shown, used, rng) -> list[ManagerOp]:
+        new = parse_sentence(fact)
+        if new is None:
+            return [ManagerOp(ADD, None, fact)]
+        # The top-retrieved live memory about the same person and key: Mem0's manager works on
+        # whatever the search put first, not on the best of several related memories.
+        related = [
+            (i, text, old)
+            for i, text, old in shown
+            if old is not None and i not in used and (old.name, old.key) == (new.name, new.key)
+        ]
+        if not related:
+            return [ManagerOp(ADD, None, fact)]
+        target, _, old = related[0]
+        r, rates = rng.random(), self.rates
+        if new.kind == "item":
+            if r < rates.list_merge:
+                used.add(target)
+                return [ManagerOp(UPDATE, target, merge(old, new))]
+            if r < rates.list_merge + rates.list_delete_add:
+                used.add(target)
+                return [ManagerOp(DELETE, target, ""), ManagerOp(ADD, None, fact)]
+            return [ManagerOp(ADD, None, fact)]
+        if new.kind == "change":
+            if r < rates.change_update:
+                used.add(target)
+                return [ManagerOp(UPDATE, target, fact)]
+            if r < rates.change_update + rates.change_delete_add:
+                used.add(target)
+                return [ManagerOp(DELETE, target, ""), ManagerOp(ADD, None, fact)]
+            return [ManagerOp(ADD, None, fact)]
+        if new.kind == "cancel":
+            if r < rates.cancel_delete:
+                used.add(target)
+                return [ManagerOp(DELETE, target, "")]
+            return [ManagerOp(ADD, None, fact)]
+        # A plain statement: a repeat when the related memory already names the value.
+        if new.value in old.items and old.kind != "cancel":
+            return [] if r < rates.repeat_noop else [ManagerOp(ADD, None, fact)]
+        return [ManagerOp(ADD, None, fact)]
+
+
+def merge(old: Sentence, new: Sentence) -> str:
+    """The merged list memory of an old list memory and a new item."""
+    items = tuple(dict.fromkeys((*old.items, *new.items)))
+    if new.key == "pets":
+        return merged_pets(new.name, new.species or old.species or "pet", items)
+    return merged_hobbies(new.name, items)

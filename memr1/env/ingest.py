@@ -1,0 +1,164 @@
+"""Algorithm 2 (memory construction): turn by turn, facts -> retrieval -> manager -> bank ops.
+
+Conversations advance in lockstep: step i takes the i-th turn of every conversation that still
+has one, so a single extractor call and a single manager call serve the whole batch. Each turn's
+facts belong to its speaker; retrieval, the manager's view and the ops are confined to that
+speaker's memories (owner filter), so one speaker's words never land in the other's bank.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import jax
+
+from memr1.data.records import Conversation, Turn
+from memr1.env.facts import extract_facts
+from memr1.env.manager_io import parse_manager_output, render_manager_input
+from memr1.env.memory_store import ConversationMemory, EmbedFn, to_timestamp, turn_number
+from memr1.env.policy import SamplingConfig, TextPolicy
+from memr1.env.stats import StageStats
+
+
+@dataclasses.dataclass(frozen=True)
+class IngestConfig:
+    fact_source: str = "observation"  # "observation" | "llm" | "turn"
+    use_manager: bool = True  # False: every fact is ADDed as is (LoCoMo-RAG)
+    k_per_fact: int = 5  # memories retrieved per new fact for the manager
+    style: str = "full"
+    extract_sampling: SamplingConfig = SamplingConfig(max_new_tokens=256)
+    manager_sampling: SamplingConfig = SamplingConfig(max_new_tokens=512)
+
+
+@dataclasses.dataclass
+class TurnRecord:
+    """What the manager saw and did at one turn (diagnostics, op accuracy, RL tuples)."""
+
+    sample_id: str
+    dia_id: str
+    speaker: str
+    session_date: str
+    facts: list[str]
+    retrieved: list[tuple[int, str]]
+    output: str = ""
+    ops: list[dict] = dataclasses.field(default_factory=list)
+    invalid: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+def _schedule(conv: Conversation) -> list[Turn]:
+    return list(conv.iter_turns())
+
+
+def ingest(
+    conversations: Sequence[Conversation],
+    memories: dict[str, ConversationMemory],
+    *,
+    embed: EmbedFn,
+    cfg: IngestConfig,
+    key: jax.Array,
+    extractor: TextPolicy | None = None,
+    manager: TextPolicy | None = None,
+    stats: StageStats | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[TurnRecord]:
+    """Builds every conversation's bank from its turns; returns one record per managed turn."""
+    if cfg.use_manager and manager is None:
+        raise ValueError("ingest with use_manager=True needs a manager policy")
+    stats = stats or StageStats()
+    schedules = [_schedule(c) for c in conversations]
+    observations: dict = {}
+    records: list[TurnRecord] = []
+    for step in range(max((len(s) for s in schedules), default=0)):
+        active = [(c, s[step]) for c, s in zip(conversations, schedules) if step < len(s)]
+        step_key = jax.random.fold_in(key, step)
+        facts = extract_facts(
+            active,
+            source=cfg.fact_source,
+            policy=extractor,
+            sampling=cfg.extract_sampling,
+            style=cfg.style,
+            key=jax.random.fold_in(step_key, 0),
+            stats=stats,
+            observations=observations,
+        )
+        pending = [(c, t, f) for (c, t), f in zip(active, facts) if f]
+        if not cfg.use_manager:
+            for conv, turn, fs in pending:
+                _apply_plain(memories[conv.sample_id], conv, turn, fs, embed, stats)
+        else:
+            records += _manage(pending, memories, embed, cfg, manager, step_key, stats)
+        if progress is not None:
+            progress(len(active))
+    return records
+
+
+def _when(conv: Conversation, turn: Turn) -> tuple[int, str]:
+    session = conv.session(turn.session)
+    return to_timestamp(session.date_time), session.date_time_raw
+
+
+def _turn_number(turn: Turn) -> int:
+    return turn_number(turn.session, turn.index)
+
+
+def _apply_plain(memory, conv, turn, facts, embed, stats) -> None:
+    timestamp, _ = _when(conv, turn)
+    with stats.time("bank_ops", items=len(facts)):
+        memory.add_texts(
+            facts,
+            owner=memory.owner_of(turn.speaker),
+            timestamp=timestamp,
+            turn=_turn_number(turn),
+            embed=embed,
+        )
+    stats.count("ops", "ADD", len(facts))
+
+
+def _manage(pending, memories, embed, cfg, manager, key, stats) -> list[TurnRecord]:
+    if not pending:
+        return []
+    all_facts = [f for _, _, fs in pending for f in fs]
+    with stats.time("embed", items=len(all_facts)):
+        fact_emb = embed(all_facts)
+    records, chats, id_maps = [], [], []
+    offset = 0
+    with stats.time("retrieval", items=len(pending)):
+        for conv, turn, fs in pending:
+            memory = memories[conv.sample_id]
+            retrieved = memory.neighbours(
+                fact_emb[offset : offset + len(fs)], memory.owner_of(turn.speaker), cfg.k_per_fact
+            )
+            offset += len(fs)
+            _, date = _when(conv, turn)
+            messages, id_map = render_manager_input(
+                fs, retrieved, style=cfg.style, session_date=date
+            )
+            chats.append(messages)
+            id_maps.append(id_map)
+            records.append(
+                TurnRecord(conv.sample_id, turn.dia_id, turn.speaker, date, fs, retrieved)
+            )
+    with stats.time("manager", items=len(chats)):
+        outputs = manager.complete(chats, cfg.manager_sampling, key=key)
+    with stats.time("bank_ops", items=len(chats)):
+        for (conv, turn, fs), (sample,), id_map, record in zip(pending, outputs, id_maps, records):
+            stats.add_tokens("manager", len(sample.ids))
+            parsed = parse_manager_output(sample.text, id_map, new_fact_count=len(fs))
+            record.output = sample.text
+            record.ops = [dataclasses.asdict(op) for op in parsed.ops if op.invalid is None]
+            record.invalid = {k: v for k, v in parsed.counters.items() if v}
+            for op in parsed.ops:
+                stats.count("ops", op.kind if op.invalid is None else "invalid")
+            for kind, n in record.invalid.items():
+                stats.count("invalid_ops", kind, n)
+            memory = memories[conv.sample_id]
+            timestamp, _ = _when(conv, turn)
+            memory.apply(
+                parsed.ops,
+                owner=memory.owner_of(turn.speaker),
+                timestamp=timestamp,
+                turn=_turn_number(turn),
+                embed=embed,
+            )
+    return records

@@ -1,0 +1,179 @@
+"""A language-model policy with a text interface: chat messages in, completions out.
+
+This is where text meets tokens. Everything upstream (prompts, parsers) speaks text; the sampler
+and the trainer speak token ids. A `TextPolicy` keeps the token ids and per-token log-probs of
+each completion next to its text, so an RL stage can train on exactly the tokens that were
+sampled without re-tokenising the decoded text.
+
+Batches are padded to a fixed number of rows (`batch_size`) so that the sampler compiles one
+program per prompt-length bucket, not one per batch size. A `batch_size` that the mesh's
+data × fsdp devices divide lets each device decode only its own rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from memr1.env.prompts import Message, to_prompt_text
+from memr1.models.config import ModelConfig
+from memr1.sampling import Sampler, rollout_params
+
+
+@dataclasses.dataclass(frozen=True)
+class Completion:
+    """One sampled continuation of one prompt."""
+
+    text: str
+    prompt_ids: np.ndarray  # [P] int32, the real prompt tokens (no padding)
+    ids: np.ndarray  # [R] int32, the generated tokens up to and including the stop token
+    logprobs: np.ndarray  # [R] float32, under log_softmax(logits / temperature)
+    finished: bool  # stopped on EOS rather than running out of max_new_tokens
+    prompt_truncated: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    max_new_tokens: int = 128
+
+
+class TextPolicy:
+    """A backbone + tokenizer + sampler, addressed with chat messages."""
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        graphdef: Any,
+        params: Any,
+        tokenizer: Any,
+        *,
+        eos_ids: Sequence[int],
+        pad_id: int,
+        batch_size: int = 8,
+        max_prompt_tokens: int = 4096,
+        name: str = "policy",
+    ):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.cfg = cfg
+        self.graphdef = graphdef
+        self.params = params
+        self.tokenizer = tokenizer
+        self.eos_ids = tuple(int(i) for i in eos_ids)
+        self.pad_id = int(pad_id)
+        self.batch_size = int(batch_size)
+        self.max_prompt_tokens = int(max_prompt_tokens)
+        self.name = name
+        self.sampler = Sampler(cfg, graphdef, pad_id=self.pad_id)
+
+    # -- text <-> tokens ---------------------------------------------------------------------
+
+    def render(self, messages: Sequence[Message]) -> str:
+        """The prompt text for chat messages (the tokenizer's chat template when it has one)."""
+        return to_prompt_text(messages, self.tokenizer)
+
+    def encode(self, text: str) -> tuple[np.ndarray, bool]:
+        """Token ids of a rendered prompt, keeping its last `max_prompt_tokens` tokens."""
+        # A chat template writes its own special tokens into the text; a plain prompt gets the
+        # tokenizer's (e.g. LLaMA's BOS) the way `generate` would add them.
+        templated = bool(getattr(self.tokenizer, "chat_template", None))
+        ids = self.tokenizer.encode(text, add_special_tokens=not templated)
+        truncated = len(ids) > self.max_prompt_tokens
+        if truncated:
+            ids = ids[-self.max_prompt_tokens :]
+        return np.asarray(ids, np.int32), truncated
+
+    def decode(self, ids: np.ndarray) -> str:
+        ids = [int(i) for i in ids if int(i) not in self.eos_ids]
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    # -- sampling ------------------------------------------------------------------------------
+
+    def complete(
+        self,
+        conversations: Sequence[Sequence[Message]],
+        sampling: SamplingConfig,
+        *,
+        key: jax.Array,
+        num_samples: int = 1,
+        params: Any = None,
+    ) -> list[list[Completion]]:
+        """Samples `num_samples` completions for each chat; returns them per chat."""
+        prompts = [self.encode(self.render(m)) for m in conversations]
+        return self.complete_ids(prompts, sampling, key=key, num_samples=num_samples, params=params)
+
+    def complete_ids(
+        self,
+        prompts: Sequence[tuple[np.ndarray, bool]],
+        sampling: SamplingConfig,
+        *,
+        key: jax.Array,
+        num_samples: int = 1,
+        params: Any = None,
+    ) -> list[list[Completion]]:
+        """Like `complete`, for prompts already tokenised as (ids, truncated) pairs.
+
+        The prompts are decoded from one copy of the weights laid out for decoding (compute
+        dtype, whole on every data × fsdp device: `memr1.sampling.layout.rollout_params`), made
+        once per call and dropped when it returns; weights already so laid out are used as is.
+        """
+        params = self.params if params is None else params
+        if not all(getattr(x, "is_fully_addressable", True) for x in jax.tree.leaves(params)):
+            # Each process of a multi-host run samples its own prompts, on its own devices.
+            raise ValueError(
+                f"{self.name}: the sampling parameters live partly on other processes' devices; "
+                "pass a process-local copy (memr1.train.multihost.local_replica)"
+            )
+        params = rollout_params(params, self.cfg)
+        out: list[list[Completion]] = []
+        for start in range(0, len(prompts), self.batch_size):
+            chunk = list(prompts[start : start + self.batch_size])
+            real = len(chunk)
+            # Pad the batch with copies of its first prompt: one compiled shape per bucket.
+            chunk += [chunk[0]] * (self.batch_size - real)
+            result = self.sampler.generate(
+                params,
+                [ids for ids, _ in chunk],
+                key=jax.random.fold_in(key, start),
+                max_new_tokens=sampling.max_new_tokens,
+                num_samples=num_samples,
+                temperature=sampling.temperature,
+                top_k=sampling.top_k,
+                top_p=sampling.top_p,
+                eos_ids=self.eos_ids,
+            )
+            tokens = np.asarray(result.tokens)
+            logprobs = np.asarray(result.logprobs)
+            lengths = np.asarray(result.lengths)
+            done = np.asarray(result.done)
+            for b in range(real):
+                samples = []
+                for g in range(num_samples):
+                    row = b * num_samples + g
+                    ids = tokens[row, : lengths[row]]
+                    samples.append(
+                        Completion(
+                            text=self.decode(ids),
+                            prompt_ids=chunk[b][0],
+                            ids=ids,
+                            logprobs=logprobs[row, : lengths[row]],
+                            finished=bool(done[row]),
+                            prompt_truncated=chunk[b][1],
+                        )
+                    )
+                out.append(samples)
+        return out
+
+    def with_params(self, params: Any) -> TextPolicy:
+        """The same policy (sharing its compiled sampler) with other parameters."""
+        clone = object.__new__(TextPolicy)
+        clone.__dict__.update(self.__dict__)
+        clone.params = params
+        return clone

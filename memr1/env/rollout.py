@@ -1,0 +1,150 @@
+"""Rollouts of the two Memory-R1 stages: sample G outputs per state and score them.
+
+Answer stage: state = (question, retrieved memories of both speakers); reward = exact match of
+the text after the last **Answer:** with the gold answer. Manager stage: state = (bank before
+turn t, facts of turn t, QA linked to t); reward = exact match of a FROZEN Answer Agent over the
+bank each sampled output produces, answered as evaluation answers (memr1.env.manager_reward).
+Both return the completions grouped per state with rewards [B, G] and rollout statistics, ready
+for `pack_rollout`.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from memr1.env.answer_io import extract_final_answer, render_answer_input
+from memr1.env.manager_io import render_manager_input
+from memr1.env.manager_reward import ManagerState, RewardEnv, manager_rewards
+from memr1.env.policy import Completion, SamplingConfig, TextPolicy
+from memr1.eval.metrics import exact_match
+
+
+@dataclasses.dataclass(frozen=True)
+class AnswerState:
+    """One answer-stage state: a question and the memories retrieved for it."""
+
+    question: str
+    gold: str
+    memories: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]  # speaker -> ((when, text), ...)
+
+
+def answer_messages(state: AnswerState, *, style: str, distill: bool):
+    return render_answer_input(
+        state.question, {s: list(m) for s, m in state.memories}, distill=distill, style=style
+    )
+
+
+def manager_messages(state: ManagerState, *, style: str):
+    """The manager prompt of a state (ids shown 0..k-1 in retrieval order)."""
+    by_id = {m["id"]: m["text"] for m in state.bank}
+    retrieved = [(i, by_id[i]) for i in state.retrieved if i in by_id]
+    messages, _ = render_manager_input(
+        list(state.facts), retrieved, style=style, session_date=state.session_date
+    )
+    return messages
+
+
+def answer_rollout(
+    policy: TextPolicy,
+    params: Any,
+    states: Sequence[AnswerState],
+    *,
+    group_size: int,
+    sampling: SamplingConfig,
+    key: jax.Array,
+    style: str,
+    distill: bool = True,
+) -> tuple[list[list[Completion]], np.ndarray, dict[str, float]]:
+    """G sampled answers per state, with their exact-match rewards [B, G]."""
+    chats = [answer_messages(s, style=style, distill=distill) for s in states]
+    start = time.perf_counter()
+    groups = policy.complete(chats, sampling, key=key, num_samples=group_size, params=params)
+    sampled = time.perf_counter()
+    rewards = np.zeros((len(states), group_size), np.float32)
+    fallbacks = 0
+    for b, (state, group) in enumerate(zip(states, groups)):
+        for g, c in enumerate(group):
+            answer, fallback = extract_final_answer(c.text)
+            fallbacks += fallback
+            rewards[b, g] = exact_match(answer, state.gold)
+    lengths = [len(c.ids) for group in groups for c in group]
+    stats = {
+        "reward": float(rewards.mean()),
+        "em": float(rewards.mean()),
+        "no_marker_frac": fallbacks / rewards.size,
+        "response_length": float(np.mean(lengths)),
+        "truncated_frac": float(np.mean([not c.finished for g in groups for c in g])),
+        "time_sample_s": sampled - start,
+        "time_reward_s": time.perf_counter() - sampled,
+    }
+    return groups, rewards, stats
+
+
+def manager_rollout(
+    policy: TextPolicy,
+    params: Any,
+    states: Sequence[ManagerState],
+    *,
+    group_size: int,
+    sampling: SamplingConfig,
+    key: jax.Array,
+    style: str,
+    env: RewardEnv,
+) -> tuple[list[list[Completion]], np.ndarray, dict[str, float]]:
+    """G sampled manager outputs per state, rewarded through the frozen answerer of `env`."""
+    chats = [manager_messages(s, style=style) for s in states]
+    sample_key, answer_key = jax.random.split(key)
+    start = time.perf_counter()
+    groups = policy.complete(chats, sampling, key=sample_key, num_samples=group_size, params=params)
+    sampled = time.perf_counter()
+    scored = manager_rewards(states, [[c.text for c in g] for g in groups], env, key=answer_key)
+    kinds: collections.Counter = collections.Counter()
+    for parsed in scored.parsed:
+        for ops in parsed:
+            for op in ops:
+                kinds[op.kind if op.invalid is None else "invalid"] += 1
+    total = max(sum(kinds.values()), 1)
+    stats = {
+        "reward": float(scored.rewards.mean()),
+        "response_length": float(np.mean([len(c.ids) for g in groups for c in g])),
+        "truncated_frac": float(np.mean([not c.finished for g in groups for c in g])),
+        **scored.stats,
+        **{f"op_{k.lower()}_frac": v / total for k, v in sorted(kinds.items())},
+        "time_sample_s": sampled - start,
+        "time_reward_s": time.perf_counter() - sampled,
+    }
+    return groups, scored.rewards, stats
+
+
+def answer_state_from_tuple(t: Any) -> AnswerState:
+    """An answer-stage state from a `memr1.tuples.AnswerTuple`."""
+    by_speaker = t.memories_by_speaker()
+    return AnswerState(
+        question=t.question,
+        gold=t.answer,
+        memories=tuple((name, tuple(by_speaker[name])) for name in t.speakers),
+    )
+
+
+def manager_state_from_tuple(t: Any) -> ManagerState:
+    """A manager-stage state from a `memr1.tuples.ManagerTuple`."""
+    return ManagerState(
+        speakers=tuple(t.speakers),
+        owner=t.owner,
+        session_date=t.session_date,
+        timestamp=t.timestamp,
+        turn=t.turn_index,
+        facts=tuple(t.facts),
+        bank=tuple(
+            {"id": m.id, "text": m.text, "owner": m.owner, "updated": m.updated} for m in t.bank
+        ),
+        retrieved=tuple(i for i, _ in t.retrieved),
+        qa=tuple((q.question, q.answer) for q in t.qa),
+    )

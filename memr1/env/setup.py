@@ -1,0 +1,126 @@
+"""From a config to a runnable system: data, backbone, encoder, policies and specs.
+
+Shared by the evaluation CLI and the demo, so both run exactly the same code path.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from memr1.data.errors import WHOLE_FILE, DataError
+from memr1.data.locomo import load_locomo
+from memr1.data.longmemeval import load_longmemeval
+from memr1.data.msc import load_msc
+from memr1.data.records import Conversation
+from memr1.data.split import parse_ratios, split_conversations
+from memr1.env.answer import AnswerConfig
+from memr1.env.facts import FACT_SOURCES
+from memr1.env.ingest import IngestConfig
+from memr1.env.memory_store import BankSpec
+from memr1.env.policy import SamplingConfig
+from memr1.memory.bank import OVERFLOW_POLICIES
+from memr1.retrieval import BACKENDS
+
+LOADERS = {
+    "locomo": load_locomo,
+    "synthloco": lambda path: load_locomo(path, source="synthloco"),
+    "longmemeval": load_longmemeval,
+    "msc": load_msc,
+}
+
+
+def load_conversations(data: Any) -> list[Conversation]:
+    """The conversations of `data.split` (see configs/base.py `data_section`)."""
+    if not data.path:
+        raise ValueError("config data.path is not set: give the dataset file (--config.data.path)")
+    if data.kind not in LOADERS:
+        raise ValueError(f"unknown dataset kind {data.kind!r}; expected one of {sorted(LOADERS)}")
+    conversations = LOADERS[data.kind](data.path)
+    dropped = tuple(int(c) for c in str(data.drop_categories).split(",") if c.strip())
+    if data.split == "all":
+        parts = split_conversations(conversations, (1,), names=("all",), dropped_categories=dropped)
+    else:
+        parts = split_conversations(
+            conversations, parse_ratios(data.ratios), dropped_categories=dropped
+        )
+        if data.split not in parts:
+            raise ValueError(f"config data.split={data.split!r} is not one of {sorted(parts)}")
+    chosen = list(parts[data.split])
+    if data.max_conversations >= 0:
+        chosen = chosen[: data.max_conversations]
+    if not chosen:
+        raise DataError(str(data.path), WHOLE_FILE, "split", f"split {data.split!r} is empty")
+    return chosen
+
+
+def load_gold_ops(path: str | None) -> dict | None:
+    if not path:
+        return None
+    try:
+        gold = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise DataError(
+            str(path), WHOLE_FILE, "gold_ops", f"cannot read gold operations: {err}"
+        ) from err
+    if not isinstance(gold, dict) or "conversations" not in gold:
+        raise DataError(str(path), WHOLE_FILE, "conversations", "not a synthloco gold_ops file")
+    return gold
+
+
+def check_memory_config(memory: Any) -> None:
+    """Refuses memory settings that cannot work, naming the field, before anything is loaded.
+
+    Without this a zero or negative capacity would surface only when the first bank is built,
+    after the backbone and the sentence encoder have been loaded.
+    """
+    for name, low in [
+        ("capacity", 1),
+        ("text_bytes", 1),
+        ("log_capacity", 0),
+        ("k_per_fact", 1),
+        ("k_per_speaker", 1),
+    ]:
+        value = memory[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"config memory.{name}={value!r}: must be an integer >= {low}")
+    for name, allowed in [
+        ("overflow", OVERFLOW_POLICIES),
+        ("retriever", tuple(sorted(BACKENDS))),
+        ("fact_source", FACT_SOURCES),
+    ]:
+        if memory[name] not in allowed:
+            raise ValueError(f"config memory.{name}={memory[name]!r}: expected one of {allowed}")
+
+
+def bank_spec(memory: Any) -> BankSpec:
+    return BankSpec(
+        capacity=memory.capacity,
+        text_bytes=memory.text_bytes,
+        log_capacity=memory.log_capacity,
+        overflow=memory.overflow,
+        retriever=memory.retriever,
+    )
+
+
+def ingest_and_answer_configs(config: Any) -> tuple[IngestConfig, AnswerConfig]:
+    a, m = config.agents, config.memory
+
+    def sampling(n):
+        return SamplingConfig(temperature=a.temperature, max_new_tokens=n)
+
+    ingest_cfg = IngestConfig(
+        fact_source=m.fact_source,
+        k_per_fact=m.k_per_fact,
+        style=a.style,
+        extract_sampling=sampling(a.extract_max_new_tokens),
+        manager_sampling=sampling(a.manager_max_new_tokens),
+    )
+    answer_cfg = AnswerConfig(
+        k_per_speaker=m.k_per_speaker,
+        distill=a.distill,
+        style=a.style,
+        sampling=sampling(a.answer_max_new_tokens),
+    )
+    return ingest_cfg, answer_cfg

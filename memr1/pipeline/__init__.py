@@ -1,1 +1,0 @@
-"""Memory-R1 as a system: ingest conversations into banks, answer questions, and the baselines."""

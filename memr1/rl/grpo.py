@@ -1,0 +1,215 @@
+"""The GRPO update: PPO-clipped surrogate on group-normalised advantages, plus a KL penalty.
+
+Batch fields (rows = B prompts × G samples, prompt-major like the sampler's output):
+  tokens         [BG, T] int32  prompt (left-padded) then response (right-padded).
+  valid          [BG, T] bool   real tokens.
+  response_mask  [BG, T] bool   response tokens: the loss is on these only.
+  advantages     [BG]  float32  one advantage per sequence.
+  old_logp       [BG, T] optional: log-probs of the policy that sampled (from the sampler, or
+                 recomputed with `update.make_logprob_fn` before several epochs). Absent, the
+                 ratio's denominator is the current log-prob under stop_gradient, which is exact
+                 for the first (or only) update of a fresh batch: the ratio is 1, its gradient is
+                 the policy gradient.
+  sampler_logp   [BG, T] optional: the sampler's log-probs, only to log the sampler-vs-trainer gap
+                 (pass the same array as old_logp when the sampler's values are the ratio's
+                 denominator).
+
+Advantages are computed OUTSIDE the step, with `memr1.rl.advantages.grpo_advantages` on the
+[B, G] rewards (see `grpo_batch_from_rollout`): rewards come from the host (exact-match scoring
+of decoded answers), the group statistics (the zero-signal rate) belong to the rollout's metrics,
+and a step that takes per-row advantages works for any micro-batch split or shuffling of rows.
+
+KL: β·KL(policy ‖ reference) with a named estimator (k3 by default). With β = 0 the step is built
+without a reference argument and never traces a reference forward pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from memr1.models.params import merge_params, rebind
+from memr1.rl import advantages as adv_lib
+from memr1.rl.logprobs import grouped_logprobs, sequence_logprobs
+from memr1.rl.losses import aggregate, kl_penalty, masked_mean, policy_loss
+
+FIELDS = ("tokens", "valid", "response_mask", "advantages")
+
+
+@dataclasses.dataclass(frozen=True)
+class GRPOConfig:
+    clip_eps: float = 0.2
+    clip_eps_high: float | None = None  # DAPO's asymmetric upper clip; None = clip_eps
+    dual_clip: float | None = None  # bound the loss for A < 0 at c·|A| (c ≈ 3)
+    kl_beta: float = 0.001
+    kl_estimator: str = "k3"
+    aggregation: str = "token_mean"  # or "seq_mean_token_mean"
+    temperature: float = 1.0  # the rollout temperature: log-probs are under logits / T
+    n_micro: int = 1
+    logprob_chunk: int = 128
+    # Rows come in groups of `prompt_group` samples of one prompt whose last `response_width`
+    # columns are the responses: the prompt then runs once per group
+    # (`memr1.rl.logprobs.grouped_logprobs`) and micro-batches keep groups whole. 1 runs every
+    # row whole.
+    prompt_group: int = 1
+    response_width: int = 0
+
+    def __post_init__(self):
+        if self.prompt_group > 1 and self.response_width < 1:
+            raise ValueError(
+                f"GRPO prompt_group={self.prompt_group} needs response_width >= 1 (the columns "
+                f"after the shared prompt); got {self.response_width}"
+            )
+
+    @classmethod
+    def from_train_config(cls, t) -> GRPOConfig:
+        """The GRPO update of a `configs/base.py` train section (refuses bad settings)."""
+        return cls(
+            clip_eps=t.clip_eps,
+            kl_beta=t.kl_beta,
+            kl_estimator=t.kl_estimator,
+            temperature=t.temperature,
+            n_micro=t.n_micro,
+            prompt_group=t.group_size if t.shared_prompt else 1,
+            response_width=t.max_new_tokens,
+        )
+
+    def logprobs(self, graphdef, params, tokens_BT, valid_BT):
+        """(logp, entropy) of every row's tokens under `params`, as the loss reads them."""
+        kw = dict(temperature=self.temperature, chunk=self.logprob_chunk)
+        if self.prompt_group == 1:
+            return sequence_logprobs(graphdef, params, tokens_BT, valid_BT, **kw)
+        width = tokens_BT.shape[1] - self.response_width
+        return grouped_logprobs(
+            graphdef, params, tokens_BT, valid_BT, group=self.prompt_group, prompt_width=width, **kw
+        )
+
+
+def kl_to_reference(
+    graphdef: Any,
+    ref_params: Any,
+    mb: dict,
+    logp_BT: jax.Array,
+    mask_BT: jax.Array,
+    *,
+    logprobs: Callable[..., tuple[jax.Array, jax.Array]],
+    beta: float,
+    estimator: str,
+    aggregation: str,
+    n_tokens: jax.Array,
+    n_seqs: jax.Array,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """β·KL term of a micro-batch (globally normalised) and its metric; zero, untraced, if β = 0.
+
+    `logprobs(graphdef, params, tokens, valid)` is the policy's own log-prob function, so the
+    reference is scored exactly as the policy is.
+    """
+    if beta == 0.0:
+        return jnp.zeros((), jnp.float32), {}
+    ref_logp, _ = logprobs(graphdef, rebind(ref_params), mb["tokens"], mb["valid"])
+    kl_BT = kl_penalty(logp_BT, jax.lax.stop_gradient(ref_logp), estimator)
+    kl = aggregate(kl_BT, mask_BT, aggregation, num_tokens=n_tokens, num_sequences=n_seqs)
+    return beta * kl, {"kl": kl}
+
+
+def policy_metrics(
+    logp_BT, ent_BT, mask_BT, pg_metrics: dict, mb: dict, n_tokens: jax.Array
+) -> dict[str, jax.Array]:
+    """Token-weighted metrics of one micro-batch, scaled so that summing micro-batches is exact."""
+    weight = mask_BT.astype(jnp.float32).sum() / jnp.maximum(n_tokens, 1.0)
+    out = {k: v * weight for k, v in pg_metrics.items()}
+    out["entropy"] = masked_mean(jax.lax.stop_gradient(ent_BT), mask_BT, n_tokens)
+    if "sampler_logp" in mb:
+        gap_BT = jax.lax.stop_gradient(logp_BT) - mb["sampler_logp"]
+        out["logprob_gap_abs"] = masked_mean(jnp.abs(gap_BT), mask_BT, n_tokens)
+        out["logprob_gap"] = masked_mean(gap_BT, mask_BT, n_tokens)
+    return out
+
+
+def response_metrics(mask_BT: jax.Array) -> dict[str, jax.Array]:
+    lengths = mask_BT.astype(jnp.float32).sum(-1)
+    return {"response_length": lengths.mean(), "response_length_max": lengths.max()}
+
+
+def grpo_loss(graphdef: Any, cfg: GRPOConfig) -> Callable:
+    """GRPO's `loss_factory(batch, frozen, ref_params) -> (loss_fn, batch_metrics)` for
+    `memr1.train.update.make_step` (built into the jitted step by `memr1.train.steps`).
+
+    `loss_fn(diff, mb)` is the clipped surrogate on per-sequence advantages plus β·KL to the
+    reference, normalised over the whole batch's response tokens so that micro-batches sum to it.
+    Metrics: pg_loss, kl (β > 0), clip_frac, ratio_mean, approx_kl, entropy, logprob_gap /
+    logprob_gap_abs (with sampler_logp), response_length(_max), n_tokens.
+    """
+
+    def loss_factory(batch, frozen, ref_params):
+        mask = batch["response_mask"] & batch["valid"]
+        n_tokens = mask.astype(jnp.float32).sum()
+        n_seqs = jnp.asarray(mask.shape[0], jnp.float32)
+
+        def loss_fn(diff, mb):
+            params = merge_params(diff[0], frozen)
+            logp, ent = cfg.logprobs(graphdef, params, mb["tokens"], mb["valid"])
+            m = mb["response_mask"] & mb["valid"]
+            old = mb["old_logp"] if "old_logp" in mb else jax.lax.stop_gradient(logp)
+            pg, pg_metrics = policy_loss(
+                logp,
+                old,
+                mb["advantages"][:, None],
+                m,
+                clip_eps=cfg.clip_eps,
+                clip_eps_high=cfg.clip_eps_high,
+                dual_clip=cfg.dual_clip,
+                aggregation=cfg.aggregation,
+                num_tokens=n_tokens,
+                num_sequences=n_seqs,
+            )
+            kl_loss, kl_metrics = kl_to_reference(
+                graphdef,
+                ref_params,
+                mb,
+                logp,
+                m,
+                logprobs=cfg.logprobs,
+                beta=cfg.kl_beta,
+                estimator=cfg.kl_estimator,
+                aggregation=cfg.aggregation,
+                n_tokens=n_tokens,
+                n_seqs=n_seqs,
+            )
+            metrics = policy_metrics(logp, ent, m, pg_metrics, mb, n_tokens)
+            metrics.update(kl_metrics, pg_loss=pg)
+            return pg + kl_loss, metrics
+
+        return loss_fn, {"n_tokens": n_tokens, **response_metrics(mask)}
+
+    return loss_factory
+
+
+def grpo_batch_from_rollout(rollout: Any, rewards_BG: jax.Array, *, ddof: int = 1) -> tuple:
+    """Turns a sampler output (`memr1.sampling.SampleOutput`) and rewards into a GRPO batch.
+
+    Row r of the rollout is sample r % G of prompt r // G, so the [B, G] advantages flatten
+    row-major onto the rows. The sampler's log-probs (under the full temperature-scaled
+    distribution) become both `old_logp` and `sampler_logp`.
+
+    Returns:
+      (batch dict, group statistics of `grpo_advantages`, e.g. zero_signal_frac).
+    """
+    adv_BG, stats = adv_lib.grpo_advantages(rewards_BG, ddof=ddof)
+    prompt_mask = rollout.prompt_mask.astype(bool)
+    resp_mask = rollout.mask.astype(bool)
+    zeros = jnp.zeros(rollout.prompt_tokens.shape, jnp.float32)
+    logp = jnp.concatenate([zeros, rollout.logprobs.astype(jnp.float32)], axis=1)
+    batch = {
+        "tokens": jnp.concatenate([rollout.prompt_tokens, rollout.tokens], axis=1),
+        "valid": jnp.concatenate([prompt_mask, resp_mask], axis=1),
+        "response_mask": jnp.concatenate([jnp.zeros_like(prompt_mask), resp_mask], axis=1),
+        "advantages": adv_BG.reshape(-1),
+        "old_logp": logp,
+        "sampler_logp": logp,
+    }
+    return batch, stats
