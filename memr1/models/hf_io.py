@@ -264,6 +264,51 @@ def _target_sharding(path: ParamPath, names: tuple, shardings: Any) -> jax.shard
     return shardings[path]  # a mapping from flat path to a Sharding, supplied by the trainer
 
 
+def _check_tensor_names(hf_dir: Path, cfg: ModelConfig, layout, located: dict) -> None:
+    """Every tensor the config needs is in the files, and the files hold no tensor it does not."""
+    expected = {hf_name for _, hf_name, *_ in layout}
+    searched = sorted({p.name for p in located.values()}) or [SINGLE_FILE]
+    for _, hf_name, *_ in layout:
+        if hf_name not in located:
+            raise CheckpointError(f"{hf_dir}: tensor {hf_name!r} is missing (searched {searched})")
+    unexpected = [
+        k
+        for k in located
+        if k not in expected
+        and not k.endswith(_IGNORED_SUFFIXES)
+        and not (cfg.tie_embeddings and k == "lm_head.weight")
+    ]
+    if unexpected:
+        raise CheckpointError(
+            f"{hf_dir / 'config.json'}: the weights hold tensors this config does not use, "
+            f"e.g. {unexpected[:3]} (is num_hidden_layers or tie_word_embeddings wrong?)"
+        )
+
+
+def _checked_placements(layout, located, handles, names, abstract_shapes, shardings) -> dict:
+    """The sharding of every parameter, after checking each tensor's shape (from the file
+    headers) and that its sharding divides it: no data is read before all of them pass."""
+    placements = {}
+    for path, hf_name, shape, *_ in layout:
+        got = tuple(handles[located[hf_name]].get_slice(hf_name).get_shape())
+        if got != shape:
+            raise CheckpointError(
+                f"{located[hf_name]}: tensor {hf_name!r} has shape {got}, "
+                f"config.json implies {shape}"
+            )
+        placements[path] = _target_sharding(path, names[path], shardings)
+        ours = abstract_shapes[path]
+        try:
+            if placements[path] is not None:
+                placements[path].shard_shape(ours)
+        except ValueError as e:
+            raise CheckpointError(
+                f"{located[hf_name]}: tensor {hf_name!r} (as {ours}, axes {names[path]}) "
+                f"cannot be split as {placements[path]} ({e})"
+            ) from e
+    return placements
+
+
 def load_hf(
     hf_dir: str | Path,
     *,
@@ -294,48 +339,16 @@ def load_hf(
     located = weight_files(hf_dir)
     layout = tensor_layout(cfg)
 
-    expected = {hf_name for _, hf_name, *_ in layout}
-    searched = sorted({p.name for p in located.values()}) or [SINGLE_FILE]
-    for _, hf_name, *_ in layout:
-        if hf_name not in located:
-            raise CheckpointError(f"{hf_dir}: tensor {hf_name!r} is missing (searched {searched})")
-    unexpected = [
-        k
-        for k in located
-        if k not in expected
-        and not k.endswith(_IGNORED_SUFFIXES)
-        and not (cfg.tie_embeddings and k == "lm_head.weight")
-    ]
-    if unexpected:
-        raise CheckpointError(
-            f"{hf_dir / 'config.json'}: the weights hold tensors this config does not use, "
-            f"e.g. {unexpected[:3]} (is num_hidden_layers or tie_word_embeddings wrong?)"
-        )
-
+    _check_tensor_names(hf_dir, cfg, layout, located)
     target = np.dtype(cfg.param_dtype)
     values: dict[ParamPath, jax.Array] = {}
     with contextlib.ExitStack() as stack:
         handles = {p: stack.enter_context(_open(p)) for p in sorted(set(located.values()))}
         # Check every shape (from the headers) and every placement before reading any data or
         # allocating device memory, so a bad checkpoint fails fast and leaves nothing behind.
-        placements = {}
-        for path, hf_name, shape, *_ in layout:
-            got = tuple(handles[located[hf_name]].get_slice(hf_name).get_shape())
-            if got != shape:
-                raise CheckpointError(
-                    f"{located[hf_name]}: tensor {hf_name!r} has shape {got}, "
-                    f"config.json implies {shape}"
-                )
-            placements[path] = _target_sharding(path, names[path], shardings)
-            ours = abstract_shapes[path]
-            try:
-                if placements[path] is not None:
-                    placements[path].shard_shape(ours)
-            except ValueError as e:
-                raise CheckpointError(
-                    f"{located[hf_name]}: tensor {hf_name!r} (as {ours}, axes {names[path]}) "
-                    f"cannot be split as {placements[path]} ({e})"
-                ) from e
+        placements = _checked_placements(
+            layout, located, handles, names, abstract_shapes, shardings
+        )
         for path, hf_name, _, to_ours, _ in layout:
             try:
                 raw = handles[located[hf_name]].get_tensor(hf_name)

@@ -269,7 +269,7 @@ class Sampler:
         use_top_p: bool,
         row_split: jax.sharding.NamedSharding | None,
     ) -> SampleOutput:
-        cfg, g, new = self.cfg, num_samples, max_new_tokens
+        g, new = num_samples, max_new_tokens
         b, p = prompt_BP.shape
         rows = b * g
         # The last generated token is never fed back, so the cache needs P + new - 1 slots.
@@ -278,20 +278,7 @@ class Sampler:
         split = _splitter(row_split)
         prompt_BP, valid_BP = split(prompt_BP), split(valid_BP)
 
-        # Prefill once per prompt into a P-slot cache, then copy it G times into the decode cache.
-        cache = transformer.init_cache(cfg, b, p, self.cache_dtype)
-        h_BPD, cache = transformer.forward(
-            graphdef,
-            params,
-            prompt_BP,
-            positions_from_valid(valid_BP),
-            causal_mask(valid_BP),
-            cache,
-            0,
-        )
-        logits_BV = transformer.logits_fn(graphdef, params, h_BPD[:, -1:])[:, 0]
-        pad_slots = ((0, 0), (0, 0), (0, s - p), (0, 0))  # cache is [B, K, S, N]
-        cache = jax.tree.map(lambda x: split(jnp.pad(jnp.repeat(x, g, axis=0), pad_slots)), cache)
+        logits_BV, cache = self._prefill(graphdef, params, prompt_BP, valid_BP, g, s, split)
 
         # Every generated slot is valid for the rows' own queries; causality (slot <= the current
         # one) is applied per step with one [S] comparison, so no [B, S, S] mask is rebuilt.
@@ -306,18 +293,7 @@ class Sampler:
             top_p=top_p if use_top_p else None,
         )
 
-        def record(i, token_R, logp_R, state):
-            """Writes step i's tokens for live rows, pads finished ones, updates stop flags."""
-            tokens_RT, logps_RT, done_R, tail_RW, count_R = state
-            token_R = jnp.where(done_R, pad, token_R)
-            logp_R = jnp.where(done_R, 0.0, logp_R)
-            tokens_RT = jax.lax.dynamic_update_slice(tokens_RT, token_R[:, None], (0, i))
-            logps_RT = jax.lax.dynamic_update_slice(logps_RT, logp_R[:, None], (0, i))
-            count_R = count_R + (~done_R).astype(jnp.int32)
-            tail_RW = stopping.push_tail(tail_RW, token_R)
-            done_R = done_R | stopping.hits_stop(token_R, tail_RW, stops)
-            return token_R, (tokens_RT, logps_RT, done_R, tail_RW, count_R)
-
+        record = functools.partial(_record, pad=pad, stops=stops)
         state = (
             jnp.full((rows, new), pad, jnp.int32),
             jnp.zeros((rows, new), jnp.float32),
@@ -352,22 +328,58 @@ class Sampler:
             return i + 1, cache, token_R, state
 
         _, _, _, state = jax.lax.while_loop(cond, body, (jnp.int32(1), cache, token_R, state))
-        tokens_RT, logps_RT, done_R, _, count_R = state
-        prompt_RP = jnp.repeat(prompt_BP, g, axis=0)
-        out = SampleOutput(
-            tokens=tokens_RT,
-            logprobs=logps_RT,
-            lengths=count_R,
-            mask=jnp.arange(new)[None, :] < count_R[:, None],
-            done=done_R,
-            prompt_tokens=prompt_RP,
-            prompt_mask=jnp.repeat(valid_BP, g, axis=0),
+        return _sample_output(state, prompt_BP, valid_BP, g, new, row_split)
+
+    def _prefill(self, graphdef, params, prompt_BP, valid_BP, g: int, s: int, split):
+        """Prefills once per prompt into a P-slot cache, then copies it G times into the S-slot
+        decode cache. Returns (last-position logits [B, V], cache)."""
+        b, p = prompt_BP.shape
+        cache = transformer.init_cache(self.cfg, b, p, self.cache_dtype)
+        h_BPD, cache = transformer.forward(
+            graphdef,
+            params,
+            prompt_BP,
+            positions_from_valid(valid_BP),
+            causal_mask(valid_BP),
+            cache,
+            0,
         )
-        if row_split is None:
-            return out
-        # Small outputs, gathered once: every process can read every row.
-        whole = jax.sharding.NamedSharding(row_split.mesh, jax.sharding.PartitionSpec())
-        return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, whole), out)
+        logits_BV = transformer.logits_fn(graphdef, params, h_BPD[:, -1:])[:, 0]
+        pad_slots = ((0, 0), (0, 0), (0, s - p), (0, 0))  # cache is [B, K, S, N]
+        cache = jax.tree.map(lambda x: split(jnp.pad(jnp.repeat(x, g, axis=0), pad_slots)), cache)
+        return logits_BV, cache
+
+
+def _record(i, token_R, logp_R, state, *, pad, stops: stopping.StopSet):
+    """Writes step i's tokens for live rows, pads finished ones, updates stop flags."""
+    tokens_RT, logps_RT, done_R, tail_RW, count_R = state
+    token_R = jnp.where(done_R, pad, token_R)
+    logp_R = jnp.where(done_R, 0.0, logp_R)
+    tokens_RT = jax.lax.dynamic_update_slice(tokens_RT, token_R[:, None], (0, i))
+    logps_RT = jax.lax.dynamic_update_slice(logps_RT, logp_R[:, None], (0, i))
+    count_R = count_R + (~done_R).astype(jnp.int32)
+    tail_RW = stopping.push_tail(tail_RW, token_R)
+    done_R = done_R | stopping.hits_stop(token_R, tail_RW, stops)
+    return token_R, (tokens_RT, logps_RT, done_R, tail_RW, count_R)
+
+
+def _sample_output(state, prompt_BP, valid_BP, g: int, new: int, row_split) -> SampleOutput:
+    """The decode loop's final state as a SampleOutput, gathered whole under a row split."""
+    tokens_RT, logps_RT, done_R, _, count_R = state
+    out = SampleOutput(
+        tokens=tokens_RT,
+        logprobs=logps_RT,
+        lengths=count_R,
+        mask=jnp.arange(new)[None, :] < count_R[:, None],
+        done=done_R,
+        prompt_tokens=jnp.repeat(prompt_BP, g, axis=0),
+        prompt_mask=jnp.repeat(valid_BP, g, axis=0),
+    )
+    if row_split is None:
+        return out
+    # Small outputs, gathered once: every process can read every row.
+    whole = jax.sharding.NamedSharding(row_split.mesh, jax.sharding.PartitionSpec())
+    return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, whole), out)
 
 
 def _splitter(row_split: jax.sharding.NamedSharding | None):

@@ -15,25 +15,23 @@ import numpy as np
 import pytest
 
 from memr1.models import config, transformer
+from memr1.models.config import get_size
 from memr1.rl import logprobs
 from memr1.sampling.sampler import Sampler
 from tests.tool import load_tool
 
-CFG = config.ModelConfig(
-    family="qwen2",
+CFG = get_size(
+    "tiny",
     vocab_size=97,
     d_model=48,
     n_layers=2,
-    n_heads=6,
-    n_kv_heads=2,
     head_dim=8,
     d_ff=56,
-    qkv_bias=True,
     tie_embeddings=False,
     max_position=128,
-    attention_chunk=8,
     remat=True,
     scan_layers=True,
+    attention_chunk=8,
 )
 WIDTH, PROMPT = 29, 13
 

@@ -24,17 +24,14 @@ from .tiny_hf import hf_logits, make_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 
-QWEN = ModelConfig(
-    family="qwen2",
+QWEN = get_size(
+    "tiny",
     vocab_size=53,
     d_model=36,
     n_layers=2,
-    n_heads=6,
-    n_kv_heads=2,
     head_dim=10,
     d_ff=44,
-    rope_theta=1e6,
-    qkv_bias=True,
+    rope_theta=1000000.0,
     tie_embeddings=False,
     max_position=512,
 )

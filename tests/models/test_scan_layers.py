@@ -14,21 +14,19 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from memr1.models.config import ModelConfig
+from memr1.models.config import get_size
 from memr1.models.transformer import Transformer, abstract_model
 from memr1.rl.logprobs import sequence_logprobs
 from memr1.train import lora
 
-CFG = ModelConfig(
-    family="qwen2",
+CFG = get_size(
+    "tiny",
     vocab_size=61,
     d_model=24,
     n_layers=3,
-    n_heads=6,
-    n_kv_heads=2,
     head_dim=4,
     d_ff=40,
-    qkv_bias=True,
+    tie_embeddings=False,
     max_position=64,
     remat=True,
 )

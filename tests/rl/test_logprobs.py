@@ -5,12 +5,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from memr1.models import config, masks
+from memr1.models import masks
+from memr1.models.config import get_size
 from memr1.models.transformer import forward, init_model, logits_fn
 from memr1.rl import logprobs
 
-CFG = config.ModelConfig(
-    family="qwen2",
+CFG = get_size(
+    "tiny",
     vocab_size=97,
     d_model=40,
     n_layers=2,
@@ -18,8 +19,8 @@ CFG = config.ModelConfig(
     n_kv_heads=1,
     head_dim=8,
     d_ff=56,
-    qkv_bias=True,
     tie_embeddings=False,
+    max_position=32768,
 )
 
 

@@ -40,7 +40,9 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 
-from memr1.models.config import ModelConfig  # noqa: E402
+from memr1.models.config import (  # noqa: E402
+    get_size,
+)
 from memr1.sampling import Sampler  # noqa: E402
 from memr1.sampling.layout import (  # noqa: E402
     decode_dtype,
@@ -53,16 +55,14 @@ from memr1.train import mesh, state  # noqa: E402
 from tests.sampling.hlo_text import Module, elements  # noqa: E402
 
 # Dimensions chosen so that no activation of the programs below has a weight's element count.
-CFG = ModelConfig(
-    family="qwen2",
+CFG = get_size(
+    "tiny",
     vocab_size=264,
     d_model=136,
     n_layers=2,
     n_heads=4,
-    n_kv_heads=2,
     head_dim=40,
     d_ff=344,
-    qkv_bias=True,
     tie_embeddings=False,
     max_position=512,
     dtype="bfloat16",

@@ -14,21 +14,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from memr1.models import transformer
-from memr1.models.config import ModelConfig
+from memr1.models.config import ModelConfig, get_size
 from memr1.models.masks import causal_mask, positions_from_valid
 
 # Odd sizes (prime vocab, 3 query heads per kv head) so that transposed axes cannot line up.
-TEST_CFG = ModelConfig(
-    family="qwen2",
+TEST_CFG = get_size(
+    "tiny",
     vocab_size=101,
     d_model=48,
     n_layers=2,
-    n_heads=6,
-    n_kv_heads=2,
     head_dim=8,
     d_ff=72,
-    rope_theta=10_000.0,
-    qkv_bias=True,
     tie_embeddings=False,
     max_position=512,
 )

@@ -12,19 +12,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from memr1.models.config import ModelConfig
+from memr1.models.config import get_size
 
-CFG = ModelConfig(
-    family="qwen2",
+CFG = get_size(
+    "tiny",
     vocab_size=64,
     d_model=32,
     n_layers=1,
     n_heads=4,
-    n_kv_heads=2,
     head_dim=8,
     d_ff=48,
-    qkv_bias=True,
-    tie_embeddings=True,
     max_position=64,
     remat=True,
 )
