@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     config = get_config("quick" if args.quick else None)
     run = SeedRun(config, seed, seed_dir, algo=args.algo, log=print)
     if args.answer == "rules":
-        through, answerer = "the careful rule reader", RuleReader(style="compact")
+        through, answerer = "the careful rule reader", RuleReader(style=config.style)
     else:
         checkpoint = seed_dir / ANSWERERS[args.answer].format(algo=args.algo) / "checkpoints"
         if not checkpoint.is_dir():
