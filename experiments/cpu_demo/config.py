@@ -94,20 +94,25 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # Rows per sampler call in evaluation.
     config.eval_batch_size = 8
     if v["quick"]:
-        config.synth.update(
-            splits=(("train", 2), ("validation", 1), ("test", 1)),
-            sessions=(3, 3),
-            min_qa=6,
-            qa_per_conversation=8,
-        )
-        config.vocab_size = 512
-        config.traces.manager_copy_rows = 8
-        config.sft.update(steps=4, batch_size=4)
-        config.answer.update(steps=2, batch_size=2, max_new_tokens=24)
-        config.manager.update(steps=2, batch_size=2, max_new_tokens=32)
-        config.group_size = 2
+        quick(config)
     config.lock()
     return config
+
+
+def quick(config: ml_collections.ConfigDict) -> None:
+    """Shrinks the world to four short conversations and every stage to a few steps."""
+    config.synth.update(
+        splits=(("train", 2), ("validation", 1), ("test", 1)),
+        sessions=(3, 3),
+        min_qa=6,
+        qa_per_conversation=8,
+    )
+    config.vocab_size = 512
+    config.traces.manager_copy_rows = 8
+    config.sft.update(steps=4, batch_size=4)
+    config.answer.update(steps=2, batch_size=2, max_new_tokens=24)
+    config.manager.update(steps=2, batch_size=2, max_new_tokens=32)
+    config.group_size = 2
 
 
 def synth_config(config: ml_collections.ConfigDict, seed: int) -> SynthConfig:
