@@ -8,8 +8,8 @@ training tuples -> a few GRPO steps of the Answer Agent on a randomly initialise
 -> a few GRPO steps of the Memory Manager with that Answer Agent frozen -> evaluate locomo_rag and
 memory_r1 on the held-out conversation. With random weights and a handful of steps the scores are
 near zero: this run checks that every stage works end to end and shows where its outputs go. The
-learning demo (SFT warm start on imperfect teachers, then RL) is `experiments.cpu_demo` once it
-lands.
+learning demo (SFT warm start on imperfect teachers, then RL) is `python -m experiments.cpu_demo`
+(`make demo`).
 """
 
 from __future__ import annotations

@@ -22,9 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+from experiments.cpu_demo.config import get_config
 from experiments.cpu_demo.probe import AGENTS, probe_checkpoint
 from experiments.cpu_demo.run import SeedRun, check_seed_dir
-from experiments.cpu_demo.settings import FULL, QUICK
 from memr1.data.errors import write_json_atomic
 
 
@@ -51,8 +51,8 @@ def main(argv=None) -> int:
     checkpoint = args.checkpoint or str(seed_dir / "sft" / "checkpoints")
     if not Path(checkpoint).is_dir():
         parser.error(f"checkpoint {checkpoint}: not a directory (an Orbax train checkpoints dir)")
-    settings = QUICK if args.quick else FULL
-    run = SeedRun(settings, seed, seed_dir, algo="grpo", log=lambda _: None)
+    config = get_config("quick" if args.quick else None)
+    run = SeedRun(config, seed, seed_dir, algo="grpo", log=lambda _: None)
     result = probe_checkpoint(run, checkpoint, args.split, max_rows=args.max_rows)
 
     print(f"copy probe of {checkpoint} on {args.split} ({result['rows']} rows)")

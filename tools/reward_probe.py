@@ -9,10 +9,10 @@ experiments/cpu_demo/reward_probe.py.
 On the manager stage's own states (train turns with linked questions), rewards four fixed
 behaviours (clean / add / delete_add / none) as a GRPO group is rewarded, and prints their mean
 reward per gold operation of the turn. Where "clean" and "add" tie, GRPO cannot prefer UPDATE to
-ADD (docs/demo.md, item 41). Through the careful rule reader (person-aware, newest memory,
-no hedging; experiments.cpu_demo.answer_teacher.RuleReader) it shows what the banks themselves would
-reward with a reader that reads well (item 45). Prints a table and writes JSON (--out; default
-SEED_DIR/reward_probe_<answer>.json).
+ADD. Through the careful rule reader (person-aware, newest memory, no hedging;
+experiments.cpu_demo.answer_teacher.RuleReader) it shows what the banks themselves would reward
+with a reader that reads well. docs/demo.md has its tables for the demo's seeds. Prints a table
+and writes JSON (--out; default SEED_DIR/reward_probe_<answer>.json).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from experiments.cpu_demo.answer_teacher import RuleReader
+from experiments.cpu_demo.config import get_config
 from experiments.cpu_demo.reward_probe import BEHAVIOURS, checkpoint_answerer, probe_seed
 from experiments.cpu_demo.run import SeedRun, check_seed_dir
-from experiments.cpu_demo.settings import FULL, QUICK
 from memr1.data.errors import write_json_atomic
 
 # Checkpoint folders of the answerers a seed folder holds; "rules" needs none.
@@ -60,9 +60,10 @@ def main(argv=None) -> int:
         )
     except ValueError as e:
         parser.error(str(e))
-    run = SeedRun(QUICK if args.quick else FULL, seed, seed_dir, algo=args.algo, log=print)
+    config = get_config("quick" if args.quick else None)
+    run = SeedRun(config, seed, seed_dir, algo=args.algo, log=print)
     if args.answer == "rules":
-        through, answerer = "the careful rule reader", RuleReader(style="compact")
+        through, answerer = "the careful rule reader", RuleReader(style=config.style)
     else:
         checkpoint = seed_dir / ANSWERERS[args.answer].format(algo=args.algo) / "checkpoints"
         if not checkpoint.is_dir():

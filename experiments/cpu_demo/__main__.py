@@ -5,20 +5,22 @@ downloads.
   python -m experiments.cpu_demo --seeds 3            # three seeds, then the EM gain as mean ± std
   python -m experiments.cpu_demo --algo ppo           # PPO instead of GRPO for both RL stages
   python -m experiments.cpu_demo --quick              # every stage in a few steps (a smoke test)
+  python -m experiments.cpu_demo --config experiments/cpu_demo/config.py:quick   # = --quick
 
 Per seed (see experiments/cpu_demo/run.py): a synthloco benchmark, a BPE tokenizer, a tiny backbone
 warm-started by SFT on the traces of two imperfect rule-based teachers, RL of the Answer Agent
 and then of the Memory Manager (rewarded through the frozen Answer Agent) with exact match as the
 only reward, and the four systems evaluated on the held-out test conversations. Then
 WORKDIR/results.md and WORKDIR/plots/*.png. An interrupted run resumes where it stopped; pass
---fresh to start the seeds over. ``--split validation`` evaluates on the validation split instead,
-which is what the demo's sizes were tuned on.
+--fresh to start the seeds over. ``--split validation`` evaluates on the validation split, on
+which the demo's sizes were chosen. ``--config FILE[:ARG]`` reads the demo's sizes from a config
+file (default: experiments/cpu_demo/config.py, see its docstring); ``--quick`` is its quick variant.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import importlib.util
 import json
 import os
 import shutil
@@ -27,7 +29,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from experiments.cpu_demo.settings import FULL, QUICK
+import ml_collections
+
+from experiments.cpu_demo import config as demo_config
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -37,13 +41,34 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, default=1, help="number of seeds (0 .. N-1)")
     parser.add_argument("--workdir", default="work/demo", help="output folder")
     parser.add_argument("--algo", choices=("grpo", "ppo"), default="grpo", help="RL algorithm")
-    parser.add_argument("--quick", action="store_true", help="a few steps per stage")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="the demo's config as FILE[:ARG] (default: experiments/cpu_demo/config.py)",
+    )
+    parser.add_argument("--quick", action="store_true", help="a few steps per stage (:quick)")
     parser.add_argument("--split", choices=("test", "validation"), default="test")
     parser.add_argument("--fresh", action="store_true", help="delete the seeds' folders first")
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error(f"--seeds must be at least 1, got {args.seeds}")
+    if args.quick and args.config is not None:
+        parser.error("--quick is --config experiments/cpu_demo/config.py:quick; pass one of them")
     return args
+
+
+def read_config(spec: str | None, *, quick: bool = False) -> ml_collections.ConfigDict:
+    """The demo's config from ``FILE[:ARG]`` (a file with ``get_config(arg)``), by default
+    experiments/cpu_demo/config.py (with arg "quick" when ``quick``)."""
+    if spec is None:
+        return demo_config.get_config("quick" if quick else None)
+    path, _, arg = spec.partition(":")
+    if not path.endswith(".py") or not Path(path).is_file():
+        raise ValueError(f"--config {spec}: {path} is not a Python config file")
+    module_spec = importlib.util.spec_from_file_location("_demo_config", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.get_config(arg or None)
 
 
 def _setup_environment(workdir: Path) -> None:
@@ -61,6 +86,11 @@ def _setup_environment(workdir: Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    try:
+        config = read_config(args.config, quick=args.quick)
+    except ValueError as err:
+        print(f"experiments.cpu_demo: error: {err}", file=sys.stderr)
+        return 2
     workdir = Path(args.workdir).absolute()
     workdir.mkdir(parents=True, exist_ok=True)
     _setup_environment(workdir)
@@ -72,7 +102,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # Orbax logs every file rename at INFO; the progress bars say what is going on.
     logging.set_verbosity(logging.WARNING)
-    settings = QUICK if args.quick else FULL
 
     def log(line: str) -> None:
         print(line, flush=True)
@@ -83,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         root = workdir / f"seed-{seed}"
         if args.fresh and root.exists():
             shutil.rmtree(root)
-        run = SeedRun(settings, seed, root, algo=args.algo, log=log)
+        run = SeedRun(config, seed, root, algo=args.algo, log=log)
         try:
             summary = run.run(split=args.split)
         except (RuntimeError, ValueError, FileNotFoundError) as err:
@@ -106,9 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         plots.em_by_system(summaries, plot_dir / "em_by_system.png"),
         plots.op_mix(summaries, plot_dir / "op_mix.png"),
     ]
-    text = report.render(summaries, algo=args.algo, settings=settings)
+    text = report.render(summaries, algo=args.algo, config=config)
     (workdir / "results.md").write_text(text)
-    meta = {"settings": dataclasses.asdict(settings), "seeds": [s["seed"] for s in summaries]}
+    meta = {"config": config.to_dict(), "seeds": [s["seed"] for s in summaries]}
     (workdir / "summary.json").write_text(json.dumps({**meta, "runs": summaries}, indent=1))
 
     gains = [report.em_gain(s) for s in summaries]

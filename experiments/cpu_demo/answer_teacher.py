@@ -12,11 +12,11 @@ when several memories are related it does not select: it distils all of them and
 their answers joined by " or " ("paella or curry"), which exact match scores 0 ("answers from all
 retrieved memories without selecting"). Otherwise it picks ONE related memory: half of the time
 the OLDEST (it reads in time order and stops at the first that fits), else any at random; the
-prompt asks for the newest. Measured on the demo's validation split (seed 0, teacher-built
-banks): the pick alone costs about one EM point (a stale and a current memory are rarely both
-retrieved; 77.6 EM), person-blind 13 more (64.7), hedging 0.7 another 12 (52.6), hedging
-always 7 more (45.7). These systematic errors are what greedy decoding of a policy cloned from it
-inherits, and what RL on exact match can repair.
+prompt asks for the newest. On the demo's validation split (seed 0, teacher-built banks) the
+pick alone costs about one EM point, because a stale and a current memory are rarely both
+retrieved (77.6 EM); person-blind it scores 64.7, and hedging always as well 45.7 (docs/demo.md).
+These systematic errors are what greedy decoding of a policy cloned from it inherits, and what
+RL on exact match can repair.
 
 The reply is written with the real formatter (``format_answer_output``): the chosen memories'
 texts as the distilled memories (without timestamps: a shorter line is easier for a tiny model
@@ -205,7 +205,6 @@ class CarelessAnswerTeacher:
             if not relevant:
                 picks.append(None)
                 continue
-            # (No draw at hedge 0: the selecting teacher's traces stay as they were.)
             if self.hedge and one_person and len(relevant) > 1 and rng.random() < self.hedge:
                 return _hedged(parsed, relevant, rng)
             # The designed flaw: the oldest related memory, or any; never a deliberate newest.
@@ -237,7 +236,7 @@ class RuleReader:
     with ``newest`` and no flaws), without distilled lines.
 
     The reward probe rewards manager behaviours through it to ask what the bank itself decides:
-    which operations a reader that reads well would reward (docs/demo.md, item 45).
+    which operations a reader that reads well would reward (tools/reward_probe.py --answer rules).
     """
 
     def __init__(self, style: str = "compact", batch_size: int = 64):

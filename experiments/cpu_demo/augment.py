@@ -31,35 +31,8 @@ def entity_lists(synth: SynthConfig) -> tuple[tuple[str, ...], ...]:
     return (vocab.names, vocab.pet_names, vocab.cities, vocab.destinations)
 
 
-_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z")
-_VOWELS = ("a", "e", "i", "o", "u")
-
-
-def pseudo_words(n: int, seed: int, avoid: Sequence[str] = ()) -> tuple[str, ...]:
-    """``n`` distinct capitalised made-up words of two or three consonant-vowel syllables
-    ("Kalo", "Mivetu"), none of them in ``avoid``."""
-    syllables = [c + v for c in _ONSETS for v in _VOWELS]
-    if n > len(syllables) ** 2:
-        raise ValueError(f"pseudo_words: at most {len(syllables) ** 2} words, asked for {n}")
-    rng, taken, out = random.Random(seed), {w.lower() for w in avoid}, []
-    while len(out) < n:
-        word = "".join(rng.choices(syllables, k=rng.choice((2, 3)))).capitalize()
-        if word.lower() not in taken:
-            taken.add(word.lower())
-            out.append(word)
-    return tuple(out)
-
-
-def random_renaming(
-    lists: Sequence[Sequence[str]], rng: random.Random, pool: Sequence[str] = ()
-) -> dict[str, str]:
-    """A word -> word mapping: a random permutation within each list, or (with a ``pool``) every
-    word of the lists mapped to a different random word of the pool."""
-    if pool:
-        words = [w for ws in lists for w in ws]
-        if len(words) > len(pool):
-            raise ValueError(f"renaming pool of {len(pool)} words for {len(words)} entities")
-        return dict(zip(words, rng.sample(list(pool), len(words))))
+def random_renaming(lists: Sequence[Sequence[str]], rng: random.Random) -> dict[str, str]:
+    """A word -> word mapping: a random permutation within each list."""
     mapping: dict[str, str] = {}
     for words in lists:
         shuffled = list(words)
@@ -83,21 +56,17 @@ def rename_row(row: Mapping[str, Any], mapping: Mapping[str, str]) -> dict[str, 
 
 
 def augment_rows(
-    rows: Sequence[Mapping[str, Any]],
-    lists: Sequence[Sequence[str]],
-    fraction: float,
-    seed: int,
-    pool: Sequence[str] = (),
+    rows: Sequence[Mapping[str, Any]], lists: Sequence[Sequence[str]], fraction: float, seed: int
 ) -> list[dict[str, Any]]:
-    """``rows`` with a random ``fraction`` of them renamed, each by its own random mapping
-    (``random_renaming``: within the lists, or onto ``pool``)."""
+    """``rows`` with a random ``fraction`` of them renamed, each by its own random permutation
+    within the lists (``random_renaming``)."""
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"the renamed fraction must be in [0, 1], got {fraction}")
     rng = random.Random(seed)
     out = []
     for row in rows:
         if rng.random() < fraction:
-            out.append(rename_row(row, random_renaming(lists, rng, pool)))
+            out.append(rename_row(row, random_renaming(lists, rng)))
         else:
             out.append(dict(row))
     return out

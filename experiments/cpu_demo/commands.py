@@ -1,4 +1,4 @@
-"""The demo's command lines: configs/memr1.py resized by the demo's settings, and the subprocess
+"""The demo's command lines: configs/memr1.py resized by the demo's config, and the subprocess
 that runs ``python -m memr1.train`` exactly as a user would type it."""
 
 from __future__ import annotations
@@ -11,65 +11,68 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from experiments.cpu_demo.settings import DemoSettings
+import ml_collections
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_FILE = REPO_ROOT / "configs" / "memr1.py"
 
 
-def stage_overrides(s: DemoSettings, seed: int, *, stage: str, algo: str) -> dict[str, Any]:
-    """The fields of configs/memr1.py's runlocal variant that the demo resizes, by dotted name."""
+def stage_overrides(
+    c: ml_collections.ConfigDict, seed: int, *, stage: str, algo: str | None = None
+) -> dict[str, Any]:
+    """The fields of configs/memr1.py's runlocal variant that the demo sets, by dotted name.
+
+    Args:
+      c: the demo's config (experiments/cpu_demo/config.py).
+      stage: "sft" (the warm start), "answer" or "manager" (an RL stage), or "eval".
+      algo: the RL stage's algorithm, "grpo" or "ppo".
+    """
     o: dict[str, Any] = {
         "seed": int(seed),
-        "agents.style": "compact",
-        "agents.batch_size": s.eval_batch,
-        "agents.max_prompt_tokens": 512,
-        "agents.manager_max_new_tokens": s.manager_max_new,
-        "agents.answer_max_new_tokens": s.answer_max_new,
-        "memory.capacity": s.capacity,
-        "memory.text_bytes": s.text_bytes,
-        "memory.retriever": "exact_numpy",
-        "memory.fact_source": "observation",
-        "memory.k_per_fact": s.k_per_fact,
-        "memory.k_per_speaker": s.k_per_speaker,
-        "train.kl_beta": s.kl_beta,
-        "train.keep": 1,
-        "train.warmup_steps": 5,
+        "agents.style": c.style,
+        "agents.batch_size": c.eval_batch_size,
+        "agents.max_prompt_tokens": c.max_prompt_tokens,
+        "agents.manager_max_new_tokens": c.manager.max_new_tokens,
+        "agents.answer_max_new_tokens": c.answer.max_new_tokens,
+        "memory.capacity": c.memory.capacity,
+        "memory.text_bytes": c.memory.text_bytes,
+        "memory.retriever": c.memory.retriever,
+        "memory.fact_source": c.memory.fact_source,
+        "memory.k_per_fact": c.memory.k_per_fact,
+        "memory.k_per_speaker": c.memory.k_per_speaker,
+        "train.kl_beta": c.kl_beta,
+        "train.keep": c.keep,
+        "train.warmup_steps": c.warmup_steps,
     }
 
-    def schedule(steps: int, batch: int, lr: float) -> None:
-        o.update({"train.steps": steps, "train.batch_size": batch, "train.lr": lr})
-        o["train.checkpoint_every"] = steps
+    def schedule(s: ml_collections.ConfigDict) -> None:
+        o.update({"train.steps": s.steps, "train.batch_size": s.batch_size, "train.lr": s.lr})
+        o["train.checkpoint_every"] = s.steps
 
-    if algo == "copy":
-        schedule(s.copy_steps, s.copy_batch, s.copy_lr)
-        o["train.warmup_steps"] = 20
-        # A word is one to three tokens: 3 tokens a word bounds prompt + reply.
-        o["train.sft_length"] = -(-(3 * s.copy_words[1] + 16) // 16) * 16
-    elif algo == "sft":
-        schedule(s.sft_steps, s.sft_batch, s.sft_lr)
-        o["train.warmup_steps"] = 10
+    if stage == "sft":
+        schedule(c.sft)
+        o["train.warmup_steps"] = c.sft.warmup_steps
     elif stage == "answer":
-        schedule(s.answer_steps, s.answer_batch, s.answer_lr)
-        o.update({"train.group_size": s.group, "train.max_new_tokens": s.answer_max_new})
+        schedule(c.answer)
+        o["train.group_size"] = c.group_size
+        o["train.max_new_tokens"] = c.answer.max_new_tokens
         # The rollout pads its prompts to the sampler's batch: B prompts, G samples each.
-        o["agents.batch_size"] = s.answer_batch
-        if algo == "grpo":
-            o["train.oversample"] = s.answer_oversample
+        o["agents.batch_size"] = c.answer.batch_size
     elif stage == "manager":
-        schedule(s.manager_steps, s.manager_batch, s.manager_lr)
-        o.update({"train.group_size": s.group, "train.max_new_tokens": s.manager_max_new})
+        schedule(c.manager)
+        o["train.group_size"] = c.group_size
+        o["train.max_new_tokens"] = c.manager.max_new_tokens
         # The frozen answerer answers the linked questions over the G candidate banks of a
         # state in one call (agents.answer_max_new_tokens bounds its replies, as in evaluation).
-        o["agents.batch_size"] = s.group
-    if algo == "grpo" and stage in ("answer", "manager"):
-        o["train.drop_zero_signal"] = s.drop_zero_signal
+        o["agents.batch_size"] = c.group_size
+    elif stage != "eval":
+        raise ValueError(f"stage_overrides: unknown stage {stage!r}")
     if algo == "ppo":
-        o["train.critic_lr"] = 10 * (s.answer_lr if stage == "answer" else s.manager_lr)
+        o["train.critic_lr"] = 10 * (c.answer.lr if stage == "answer" else c.manager.lr)
     return o
 
 
-def load_config(arg: str, overrides: dict[str, Any]):
+def load_config(arg: str, overrides: dict[str, Any]) -> ml_collections.ConfigDict:
     """configs/memr1.py's config for ``arg`` with the overrides set (a typo'd field raises)."""
     try:
         from configs import memr1 as memr1_config

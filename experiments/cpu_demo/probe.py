@@ -115,12 +115,12 @@ def teacher_rows(seed_run, split: str, *, max_rows: int = 200) -> dict[str, list
 
     built = seed_run.teacher_tuples(split)
     teacher = MemZeroLikeTeacher(seed_run.seed)
-    manager, _ = traces.manager_rows(built.manager, teacher, "compact")
+    manager, _ = traces.manager_rows(built.manager, teacher, seed_run.c.style)
     random.Random(seed_run.seed).shuffle(manager)
     answer = traces.answer_rows(
         built.answer,
         seed_run.answer_teacher(),
-        "compact",
+        seed_run.c.style,
         direct_fraction=0.0,
         seed=seed_run.seed,
     )

@@ -117,12 +117,12 @@ def seed_section(summary: Mapping[str, Any]) -> list[str]:
     return lines + [""]
 
 
-def render(summaries: Sequence[Mapping[str, Any]], *, algo: str, settings: Any) -> str:
+def render(summaries: Sequence[Mapping[str, Any]], *, algo: str, config: Any) -> str:
     """The whole results.md."""
     lines = [f"# memr1 demo: Memory-R1 ({algo.upper()}) vs its SFT warm start, in miniature", ""]
     lines += [
         f"{len(summaries)} seed(s); tiny backbone on CPU; synthloco world "
-        f"{dict(settings.synth.splits)} conversations (train / validation / test). Every number "
+        f"{dict(config.synth.splits)} conversations (train / validation / test). Every number "
         "below is read from the run's own output files.",
         "",
         "Systems:",

@@ -151,7 +151,7 @@ def reward_env(seed_run, answerer):
     from memr1.env.manager_reward import RewardEnv
     from memr1.env.setup import bank_spec, ingest_and_answer_configs
 
-    overrides = stage_overrides(seed_run.s, seed_run.seed, stage="manager", algo=seed_run.algo)
+    overrides = stage_overrides(seed_run.c, seed_run.seed, stage="manager", algo=seed_run.algo)
     config = load_config(f"stage=manager,algo={seed_run.algo},runlocal", overrides)
     return RewardEnv(
         answerer=answerer,

@@ -7,7 +7,7 @@
   base       the tiny backbone, randomly initialised, exported as an HF checkpoint
   sft        one policy warm-started on both agents' traces (memr1.train.train, algo=sft)
   rl_tuples  the answer stage's states: the train tuples plus entity-renamed copies of the
-             answer tuples (only with ``rl_rename_copies``)
+             answer tuples
   rl_answer  GRPO (or PPO) of the Answer Agent from the warm start, reward = EM
   rl_manager GRPO (or PPO) of the manager from the warm start, reward = EM of the FROZEN
              RL-trained Answer Agent over the bank each sampled output produces
@@ -26,10 +26,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import ml_collections
+
 from experiments.cpu_demo import augment, traces
 from experiments.cpu_demo.answer_teacher import CarelessAnswerTeacher
 from experiments.cpu_demo.commands import config_flags, load_config, run_module, stage_overrides
-from experiments.cpu_demo.settings import DemoSettings
+from experiments.cpu_demo.config import synth_config
 from experiments.cpu_demo.teacher import MemZeroLikeTeacher
 from memr1.data.split import split_conversations
 from memr1.data.synthloco import generate as synth
@@ -40,18 +42,24 @@ PRESET_NAME = "experiments.cpu_demo"
 
 
 class SeedRun:
-    """The folders and stages of one seed (see the module docstring)."""
+    """The folders and stages of one seed (see the module docstring).
 
-    def __init__(self, settings: DemoSettings, seed: int, root: Path, *, algo: str, log):
-        self.s, self.seed, self.root, self.algo = settings, int(seed), Path(root), algo
+    Args:
+      config: the demo's config (experiments/cpu_demo/config.py).
+      seed: the seed of the synthloco world, the teachers and every stage.
+      root: the seed's folder.
+      algo: the RL algorithm of both RL stages, "grpo" or "ppo".
+      log: prints a progress line.
+    """
+
+    def __init__(self, config: ml_collections.ConfigDict, seed: int, root: Path, *, algo: str, log):
+        self.c, self.seed, self.root, self.algo = config, int(seed), Path(root), algo
         self.log: Callable[[str], None] = log
         self.timings: dict[str, float] = {}
         self.data = self.root / "data"
         self.tuples = self.root / "tuples"
         self.rl_tuples = self.root / "rl_tuples"
         self.sft_data = self.root / "traces" / "sft.jsonl"
-        self.copy_data = self.root / "traces" / "copy.jsonl"
-        self.copy = self.root / "copy"
         self.tokenizer = self.root / "tokenizer"
         self.base = self.root / "base"
         self.sft = self.root / "sft"
@@ -89,7 +97,7 @@ class SeedRun:
     def make_data(self) -> None:
         if (self.data / "metadata.json").is_file():
             return
-        dataset = synth.generate_dataset(self.s.with_seed(self.seed))
+        dataset = synth.generate_dataset(synth_config(self.c, self.seed))
         synth.write_dataset(dataset, self.data, preset=PRESET_NAME)
 
     def teacher_tuples(self, split: str):
@@ -101,10 +109,12 @@ class SeedRun:
         cfg = TupleConfig(
             builder="teacher",
             window=-1,
-            k_per_fact=self.s.k_per_fact,
-            k_per_speaker=self.s.k_per_speaker,
+            k_per_fact=self.c.memory.k_per_fact,
+            k_per_speaker=self.c.memory.k_per_speaker,
             only_with_qa=False,
-            bank=BankSpec(capacity=self.s.capacity, overflow="raise", retriever="exact_numpy"),
+            bank=BankSpec(
+                capacity=self.c.memory.capacity, overflow="raise", retriever=self.c.memory.retriever
+            ),
         )
         return build_tuples(
             self.conversations(split),
@@ -115,9 +125,8 @@ class SeedRun:
         )
 
     def answer_teacher(self) -> CarelessAnswerTeacher:
-        return CarelessAnswerTeacher(
-            self.seed, self.s.stale_bias, self.s.person_blind, self.s.hedge
-        )
+        t = self.c.answer_teacher
+        return CarelessAnswerTeacher(self.seed, t.stale_bias, t.person_blind, t.hedge)
 
     def make_tuples(self) -> None:
         from memr1.tuples import write_tuples
@@ -134,51 +143,43 @@ class SeedRun:
 
         if (self.rl_tuples / "metadata.json").is_file():
             return
-        lists = augment.entity_lists(self.s.synth)
+        copies = self.c.answer.renamed_copies
+        lists = augment.entity_lists(synth_config(self.c, self.seed))
         answer = augment.renamed_answer_states(
-            read_tuples(self.tuples, "answer"), lists, self.s.rl_rename_copies, self.seed + 7
+            read_tuples(self.tuples, "answer"), lists, copies, self.seed + 7
         )
-        meta = {"from": str(self.tuples), "renamed_copies": self.s.rl_rename_copies}
+        meta = {"from": str(self.tuples), "renamed_copies": copies}
         write_tuples(
             self.rl_tuples, read_tuples(self.tuples, "manager"), answer, meta, overwrite=True
         )
 
     def make_traces(self) -> None:
+        """The warm start's rows: both teachers' replies on the train tuples, a share of them with
+        their entities renamed, and the manager copy rows (traces.py, augment.py)."""
         from memr1.tuples import read_tuples
 
         mix_file = self.sft_data.with_name("manager_mix.json")
         if self.sft_data.is_file() and mix_file.is_file():
             self.trace_mix = json.loads(mix_file.read_text())
             return
+        t = self.c.traces
         manager, mix = traces.manager_rows(
-            read_tuples(self.tuples, "manager"), MemZeroLikeTeacher(self.seed), "compact"
+            read_tuples(self.tuples, "manager"), MemZeroLikeTeacher(self.seed), self.c.style
         )
         answer = traces.answer_rows(
             read_tuples(self.tuples, "answer"),
             self.answer_teacher(),
-            "compact",
-            direct_fraction=self.s.direct_fraction,
+            self.c.style,
+            direct_fraction=t.direct_fraction,
             seed=self.seed,
         )
         self.trace_mix = dict(mix.most_common())
-        full = traces.full_text_rows(manager + answer, self.s.full_text_fraction, self.seed)
-        lists = augment.entity_lists(self.s.synth)
-        pool = ()
-        if self.s.rename_pool:
-            real = [w for ws in lists for w in ws]
-            pool = augment.pseudo_words(self.s.rename_pool, self.seed, avoid=real)
-        rows = augment.augment_rows(
-            manager + answer + full, lists, self.s.rename_fraction, self.seed, pool
-        )
+        lists = augment.entity_lists(synth_config(self.c, self.seed))
+        rows = augment.augment_rows(manager + answer, lists, t.rename_fraction, self.seed)
         words = traces.target_words(manager + answer)
-        if self.s.manager_copy_rows:
-            n, lengths = self.s.manager_copy_rows, (4, 9)
-            rows += traces.manager_copy_rows(
-                words, n, lengths, self.seed, "compact", self.s.manager_repeat_fraction
-            )
-        if self.s.answer_copy_rows:
-            n, lengths = self.s.answer_copy_rows, (3, 7)
-            rows += traces.answer_copy_rows(words, n, lengths, self.seed + 1, "compact")
+        rows += traces.manager_copy_rows(
+            words, t.manager_copy_rows, t.copy_row_words, self.seed, self.c.style
+        )
         traces.write_jsonl(self.sft_data, rows)
         mix_file.write_text(json.dumps(self.trace_mix, indent=1) + "\n")
 
@@ -194,7 +195,7 @@ class SeedRun:
             return
         texts = [t.text for c in self.conversations("train") for t in c.iter_turns()]
         texts += self.trace_texts()
-        train_bpe_tokenizer(texts, self.tokenizer, vocab_size=self.s.vocab_size)
+        train_bpe_tokenizer(texts, self.tokenizer, vocab_size=self.c.vocab_size)
 
     def make_base(self) -> None:
         """The tiny backbone with a vocabulary cut to the tokenizer's, as an HF checkpoint."""
@@ -227,38 +228,14 @@ class SeedRun:
                 longest = max(longest, n + 1)
         return -(-longest // 16) * 16
 
-    def make_copy_data(self) -> None:
-        """The copy warm-up's rows (traces.copy_rows) over the words the tokenizer keeps whole."""
-        from memr1.models.tokenizer import load_tokenizer
-
-        if self.copy_data.is_file():
-            return
-        tok = load_tokenizer(self.tokenizer)
-        words = traces.single_token_words(self.trace_texts(), tok)
-        n_rows = self.s.copy_steps * self.s.copy_batch // 2 + 1
-        traces.write_jsonl(
-            self.copy_data, traces.copy_rows(words, n_rows, self.s.copy_words, self.seed)
-        )
-
-    def train_copy(self) -> None:
-        """The copy warm-up (traces.copy_rows): SFT on random word sequences repeated back."""
-        overrides = stage_overrides(self.s, self.seed, stage="answer", algo="copy")
-        self._train("stage=answer,algo=sft,runlocal", overrides, self.copy, sft_data=self.copy_data)
-
     def train_sft(self) -> None:
         from memr1.env import load
         from memr1.models import hf_export
         from memr1.train.checkpoint import restore_params
 
-        overrides = stage_overrides(self.s, self.seed, stage="answer", algo="sft")
+        overrides = stage_overrides(self.c, self.seed, stage="sft")
         overrides["train.sft_length"] = self.sft_length()
-        self._train(
-            "stage=answer,algo=sft,runlocal",
-            overrides,
-            self.sft,
-            sft_data=self.sft_data,
-            init=self.copy if self.s.copy_steps > 0 else None,
-        )
+        self._train("stage=answer,algo=sft,runlocal", overrides, self.sft, sft_data=self.sft_data)
         if not (self.sft_export / "config.json").is_file():
             # The warm start as a plain HF checkpoint: the "base model" the prompted baselines
             # (LoCoMo-RAG, Mem0) run on.
@@ -269,13 +246,12 @@ class SeedRun:
             )
 
     def train_answer(self) -> None:
-        overrides = stage_overrides(self.s, self.seed, stage="answer", algo=self.algo)
+        overrides = stage_overrides(self.c, self.seed, stage="answer", algo=self.algo)
         arg = f"stage=answer,algo={self.algo},runlocal"
-        tuples = self.rl_tuples if self.s.rl_rename_copies else self.tuples
-        self._train(arg, overrides, self.rl_answer, init=self.sft, tuples=tuples)
+        self._train(arg, overrides, self.rl_answer, init=self.sft, tuples=self.rl_tuples)
 
     def train_manager(self) -> None:
-        overrides = stage_overrides(self.s, self.seed, stage="manager", algo=self.algo)
+        overrides = stage_overrides(self.c, self.seed, stage="manager", algo=self.algo)
         arg = f"stage=manager,algo={self.algo},runlocal"
         self._train(arg, overrides, self.rl_manager, init=self.sft, answer=self.rl_answer)
 
@@ -311,7 +287,7 @@ class SeedRun:
         out = self.root / "eval" / split / system
         if (out / "results.json").is_file():
             return json.loads((out / "results.json").read_text())
-        overrides = stage_overrides(self.s, self.seed, stage="eval", algo="grpo")
+        overrides = stage_overrides(self.c, self.seed, stage="eval")
         overrides["data.path"] = str(self.data / f"{split}.json")
         overrides["data.gold_ops"] = str(self.data / "gold_ops.json")
         config = load_config(f"system={system},dataset=synthloco,runlocal", overrides)
@@ -341,12 +317,8 @@ class SeedRun:
         self._timed("traces", self.make_traces)
         self._timed("tokenizer", self.make_tokenizer)
         self._timed("base", self.make_base)
-        if self.s.copy_steps > 0:
-            self._timed("copy_data", self.make_copy_data)
-            self._timed("copy", self.train_copy)
         self._timed("sft", self.train_sft)
-        if self.s.rl_rename_copies:
-            self._timed("rl_tuples", self.make_rl_tuples)
+        self._timed("rl_tuples", self.make_rl_tuples)
         self._timed(f"answer_{self.algo}", self.train_answer)
         self._timed(f"manager_{self.algo}", self.train_manager)
         results = {}

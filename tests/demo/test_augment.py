@@ -8,7 +8,6 @@ import pytest
 
 from experiments.cpu_demo.augment import (
     augment_rows,
-    pseudo_words,
     random_renaming,
     rename,
     rename_answer_tuple,
@@ -57,19 +56,6 @@ def test_augment_rows_renames_about_the_requested_share():
     assert augment_rows(rows, LISTS, 0.0, seed=0) == rows
     with pytest.raises(ValueError, match="fraction"):
         augment_rows(rows, LISTS, 1.5, seed=0)
-
-
-def test_pool_renaming_maps_every_entity_to_a_distinct_made_up_word():
-    pool = pseudo_words(50, seed=0, avoid=("Kalo",))
-    assert len(set(pool)) == 50 and "Kalo" not in pool
-    assert all(w[0].isupper() and w[1:].islower() and w.isalpha() for w in pool)
-    assert pool == pseudo_words(50, seed=0, avoid=("Kalo",))
-    mapping = random_renaming(LISTS, random.Random(1), pool)
-    entities = [w for words in LISTS for w in words]
-    assert sorted(mapping) == sorted(entities)
-    assert len(set(mapping.values())) == len(entities) and set(mapping.values()) <= set(pool)
-    with pytest.raises(ValueError, match="pool"):
-        random_renaming(LISTS, random.Random(1), pool[:2])
 
 
 def _answer_tuple():

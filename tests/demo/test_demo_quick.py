@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from experiments.cpu_demo import report
 from experiments.cpu_demo.__main__ import main
 from experiments.cpu_demo.run import SYSTEMS
@@ -17,6 +19,7 @@ from memr1.train.metrics_log import read_jsonl
 from tests.tool import load_tool
 
 
+@pytest.mark.slow
 def test_quick_demo_writes_every_output(tmp_path, capsys):
     workdir = tmp_path / "demo"
     assert main(["--quick", "--workdir", str(workdir)]) == 0
@@ -44,14 +47,11 @@ def test_quick_demo_writes_every_output(tmp_path, capsys):
     assert summary["timings_s"]["total"] > 0
 
     # Each training stage logged finite metrics and saved an Orbax checkpoint.
-    stages = (("copy", "train/loss"), ("sft", "train/loss"), ("answer_grpo", "train/reward"))
+    stages = (("sft", "train/loss"), ("answer_grpo", "train/reward"))
     for stage, key in stages:
         records = read_jsonl(seed / stage / "logs" / "metrics.jsonl")
         assert records and all(math.isfinite(r[key]) for r in records)
         assert any((seed / stage / "checkpoints").iterdir())
-    # QUICK over-samples the answer stage: its steps picked groups (train.oversample=2).
-    answer_log = read_jsonl(seed / "answer_grpo/logs/metrics.jsonl")
-    assert all(0.0 <= r["train/signal_groups_frac"] <= 1.0 for r in answer_log)
     rewards = [r["train/reward"] for r in read_jsonl(seed / "manager_grpo/logs/metrics.jsonl")]
     assert rewards and all(0.0 <= r <= 1.0 for r in rewards)
 

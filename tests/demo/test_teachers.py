@@ -187,7 +187,7 @@ def test_hedging_teacher_answers_every_related_memory_joined_by_or():
         ]
         # The distilled lines come in the order of the answers they gave.
         assert [line.split()[-1].rstrip(".") for line in lines] == answer.split(" or ")
-    # One related memory: nothing to hedge between; hedge 0 is the selecting reader of before.
+    # One related memory: nothing to hedge between; at hedge 0 the teacher always selects.
     assert CarelessAnswerTeacher(0, hedge=1.0)(question, _memories(andrew_food))[1] == "pizza"
     assert all(
         " or "
@@ -208,8 +208,8 @@ def test_hedging_teacher_answers_every_related_memory_joined_by_or():
 
 
 def test_hedge_zero_draws_nothing_extra():
-    # At hedge 0 the random stream is the selecting teacher's: one stale draw, then the choice
-    # among the related memories (Andrew's, then Maria's), so earlier traces regenerate exactly.
+    # At hedge 0 the random stream holds no hedging draw: one stale draw, then the choice among
+    # the related memories (Andrew's, then Maria's).
     question = "What is Andrew's favorite food?"
     memories = _memories(("9:05 am on 8 May, 2023", "Andrew's favorite food is pizza."))
     for seed in range(20):

@@ -1,0 +1,126 @@
+"""The demo's config (experiments/cpu_demo/config.py) and the stage command lines derived from it.
+
+The expected flags are those the demo ran with when its README numbers were measured: a change
+here changes the demo's numbers, so it must come with a new measurement (docs/demo.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from experiments.cpu_demo.__main__ import parse_args, read_config
+from experiments.cpu_demo.commands import config_flags, load_config, stage_overrides
+from experiments.cpu_demo.config import get_config, synth_config
+
+SHARED = [
+    "--config.seed=0",
+    "--config.agents.style=compact",
+    "--config.agents.batch_size={batch}",
+    "--config.agents.max_prompt_tokens=512",
+    "--config.agents.manager_max_new_tokens=64",
+    "--config.agents.answer_max_new_tokens=40",
+    "--config.memory.capacity=128",
+    "--config.memory.text_bytes=256",
+    "--config.memory.retriever=exact_numpy",
+    "--config.memory.fact_source=observation",
+    "--config.memory.k_per_fact=3",
+    "--config.memory.k_per_speaker=2",
+    "--config.train.kl_beta=0.0",
+    "--config.train.keep=1",
+]
+
+
+def _flags(stage: str, algo: str | None) -> list[str]:
+    overrides = stage_overrides(get_config(), 0, stage=stage, algo=algo)
+    return config_flags("ARG", overrides)[1:]
+
+
+def _shared(batch: int) -> list[str]:
+    return [f.format(batch=batch) for f in SHARED]
+
+
+def test_the_full_demo_stages_run_with_these_flags():
+    assert _flags("sft", None) == _shared(8) + [
+        "--config.train.warmup_steps=10",
+        "--config.train.steps=2200",
+        "--config.train.batch_size=8",
+        "--config.train.lr=0.003",
+        "--config.train.checkpoint_every=2200",
+    ]
+    answer = [
+        "--config.train.warmup_steps=5",
+        "--config.train.steps=120",
+        "--config.train.batch_size=16",
+        "--config.train.lr=0.0003",
+        "--config.train.checkpoint_every=120",
+        "--config.train.group_size=8",
+        "--config.train.max_new_tokens=40",
+    ]
+    assert _flags("answer", "grpo") == _shared(16) + answer
+    assert _flags("answer", "ppo") == _shared(16) + answer + [
+        f"--config.train.critic_lr={10 * 3e-4}"
+    ]
+    manager = [
+        "--config.train.warmup_steps=5",
+        "--config.train.steps=30",
+        "--config.train.batch_size=4",
+        "--config.train.lr=0.0001",
+        "--config.train.checkpoint_every=30",
+        "--config.train.group_size=8",
+        "--config.train.max_new_tokens=64",
+    ]
+    assert _flags("manager", "grpo") == _shared(8) + manager
+    assert _flags("manager", "ppo") == _shared(8) + manager + ["--config.train.critic_lr=0.001"]
+    assert _flags("eval", None) == _shared(8) + ["--config.train.warmup_steps=5"]
+    with pytest.raises(ValueError, match="unknown stage 'copy'"):
+        stage_overrides(get_config(), 0, stage="copy")
+
+
+@pytest.mark.parametrize("arg", [None, "quick"])
+@pytest.mark.parametrize(
+    "stage, algo",
+    [("sft", None), ("answer", "grpo"), ("answer", "ppo"), ("manager", "grpo"), ("eval", None)],
+)
+def test_every_override_is_a_field_of_configs_memr1(arg, stage, algo):
+    overrides = stage_overrides(get_config(arg), 3, stage=stage, algo=algo)
+    config = load_config(
+        f"stage={'manager' if stage == 'manager' else 'answer'},runlocal", overrides
+    )
+    for dotted, value in overrides.items():
+        section = config
+        for part in dotted.split("."):
+            section = section[part]
+        assert section == value, dotted
+
+
+def test_quick_shrinks_the_world_and_the_stages_only():
+    full, quick = get_config().to_dict(), get_config("quick").to_dict()
+    changed = {k for k in full if full[k] != quick[k]}
+    assert changed == {"synth", "vocab_size", "traces", "sft", "answer", "manager", "group_size"}
+    assert synth_config(get_config("quick"), 5).splits == (
+        ("train", 2),
+        ("validation", 1),
+        ("test", 1),
+    )
+    assert synth_config(get_config(), 5).seed == 5
+
+
+def test_the_config_is_locked_and_its_arg_checked():
+    config = get_config()
+    with pytest.raises(AttributeError):
+        config.answer.oversample = 2
+    with pytest.raises(ValueError, match="unknown config arg key 'fast'"):
+        get_config("fast")
+
+
+def test_the_cli_reads_a_config_file_or_the_quick_shortcut(tmp_path):
+    path = str(Path(__file__).resolve().parents[2] / "experiments" / "cpu_demo" / "config.py")
+    assert read_config(f"{path}:quick") == get_config("quick")
+    assert read_config(path) == get_config()
+    assert read_config(None, quick=True) == get_config("quick")
+    with pytest.raises(ValueError, match="not a Python config file"):
+        read_config(str(tmp_path / "missing.py"))
+    with pytest.raises(SystemExit):
+        parse_args(["--quick", "--config", path])
