@@ -7,8 +7,8 @@ Keys of the arg string: quick (every stage in a few steps on a world of four con
 the end-to-end test: nothing learns). The returned ConfigDict is locked.
 
 Everything the demo trains and measures is sized here, so that one seed fits the budget the
-README promises: at most 15 minutes on two CPU cores (seed 0: 734 s on a 2-core x86-64 CPU,
-2026-12-01). The values were chosen on the validation split, never the test split, by watching
+README promises: at most 15 minutes on two CPU cores (docs/demo.md has the measured wall
+time per stage). The values were chosen on the validation split, never the test split, by watching
 the EM of the warm start and of each RL stage; docs/demo.md has the measurements.
 `commands.stage_overrides` turns this config into the fields of configs/memr1.py that each
 stage's `memr1.train` or `memr1.evaluate` runs with.
