@@ -35,6 +35,7 @@ from typing import Any
 
 from experiments.cpu_demo.answer_teacher import CarelessAnswerTeacher
 from experiments.cpu_demo.teacher import MemZeroLikeTeacher
+from memr1.atomic import atomic_file
 from memr1.env.answer_io import format_answer_output, render_answer_input
 from memr1.env.manager_io import ADD, ManagerOp, format_manager_output, render_manager_input
 from memr1.env.prompts import to_prompt_text
@@ -108,16 +109,9 @@ def full_text_rows(rows: Sequence[dict[str, Any]], fraction: float, seed: int) -
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict[str, Any]]) -> Path:
     """Writes rows as JSONL under a temporary name, then renames it into place."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_file(path) as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
     return path
 
 
