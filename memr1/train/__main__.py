@@ -56,7 +56,7 @@ from memr1.train.metrics_log import MetricsWriter, NonFiniteError
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/memr1.py", "Experiment config.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, logs).")
 _HF_DIR = flags.DEFINE_string("hf_dir", None, "Local HF checkpoint of the backbone.")
-_TUPLES = flags.DEFINE_string("tuples", None, "Training tuples (python -m memr1.tuples).")
+_TUPLES = flags.DEFINE_string("tuples", None, "python -m memr1.tuples output, or tfds:DATA_DIR.")
 _SFT_DATA = flags.DEFINE_string("sft_data", None, "JSONL of {messages, target} for SFT.")
 _INIT = flags.DEFINE_string("init_checkpoint", None, "Start from this run's policy (e.g. SFT).")
 _ANSWER = flags.DEFINE_string(

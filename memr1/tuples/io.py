@@ -22,12 +22,13 @@ import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from array_record.python.array_record_module import ArrayRecordReader, ArrayRecordWriter
 
 from memr1.atomic import atomic_dir
 from memr1.data.errors import WHOLE_FILE, DataError, read_json
+from memr1.data.source import parse_source
 from memr1.tuples.schema import (
     SCHEMA_VERSION,
     TUPLE_KINDS,
@@ -37,6 +38,9 @@ from memr1.tuples.schema import (
     from_json,
     to_json,
 )
+
+if TYPE_CHECKING:
+    from memr1.tuples.tfds_builder import TfdsTupleReader
 
 FORMAT = "memr1-tuples"
 METADATA = "metadata.json"
@@ -175,7 +179,22 @@ class TupleReader:
         self.close()
 
 
-def read_tuples(folder: str | os.PathLike, kind: str) -> list[ManagerTuple | AnswerTuple]:
-    """Every tuple of ``kind`` ("manager" or "answer") in a folder, in stored order."""
-    with TupleReader(folder, kind) as reader:
+def open_tuples(source: str | os.PathLike, kind: str) -> TupleReader | TfdsTupleReader:
+    """A random-access reader (``len``, ``[i]``, iteration, ``close``) of the tuples of ``kind``.
+
+    ``source`` is a tuples folder (``TupleReader``) or a built TFDS dataset written
+    ``tfds:DATA_DIR[:SPLIT]`` (``tfds_builder.TfdsTupleReader``; the split defaults to ``train``,
+    or the only one). Both give the tuples in stored order.
+    """
+    tfds_source = parse_source(source)
+    if tfds_source is None:
+        return TupleReader(source, kind)
+    from memr1.tuples.tfds_builder import TfdsTupleReader  # TFDS is imported only when used
+
+    return TfdsTupleReader(tfds_source.data_dir, kind, tfds_source.split)
+
+
+def read_tuples(source: str | os.PathLike, kind: str) -> list[ManagerTuple | AnswerTuple]:
+    """Every tuple of ``kind`` ("manager" or "answer") of a source (``open_tuples``), in order."""
+    with open_tuples(source, kind) as reader:
         return list(reader)
