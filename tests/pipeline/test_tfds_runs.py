@@ -35,6 +35,7 @@ def _evaluate(synth_dir, path, workdir):
     return [json.loads(line) for line in (workdir / "predictions.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_evaluation_from_the_built_dataset_predicts_what_it_does_from_the_file(synth_dir, tmp_path):
     source = synth_dir / "data" / "test.json"
     data_dir = tmp_path / "tfds"
