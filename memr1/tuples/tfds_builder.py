@@ -170,7 +170,10 @@ class TfdsTupleReader:
             yield self[index]
 
     def close(self) -> None:
-        """Nothing to release: the data source opens its files per read."""
+        """Closes the files the data source opened (it opens each on its first read)."""
+        readers = getattr(self._source, "data_source", None)  # array_record's, a context manager
+        if readers is not None:
+            readers.__exit__(None, None, None)
 
     def __enter__(self) -> TfdsTupleReader:
         return self
