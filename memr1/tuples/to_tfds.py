@@ -16,17 +16,15 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from memr1.data.tfds.cli import build_configs
+from memr1.data.tfds.cli import add_build_args, build_configs
 from memr1.tuples.schema import TUPLE_KINDS
 from memr1.tuples.tfds_builder import build
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m memr1.tuples.to_tfds", description=__doc__)
-    parser.add_argument("--source", required=True, help="a tuples folder, or a folder of them")
-    parser.add_argument("--data_dir", required=True, help="where TFDS writes the dataset")
     parser.add_argument("--kind", choices=[*TUPLE_KINDS, "all"], default="all")
-    parser.add_argument("--overwrite", action="store_true", help="rebuild an existing dataset")
+    add_build_args(parser, "a tuples folder, or a folder of them")
     args = parser.parse_args(argv)
     return build_configs(
         parser.prog,

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from memr1.data.tfds import builders, features
-from memr1.data.tfds.cli import build_configs
+from memr1.data.tfds.cli import add_build_args, build_configs
 
 CONFIGS = (features.QA_CONFIG, features.CONVERSATIONS_CONFIG)
 
@@ -27,10 +27,8 @@ CONFIGS = (features.QA_CONFIG, features.CONVERSATIONS_CONFIG)
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m memr1.data.tfds", description=__doc__)
     parser.add_argument("--dataset", required=True, choices=sorted(builders.BUILDERS))
-    parser.add_argument("--source", required=True, help="the dataset's file, or a folder of them")
-    parser.add_argument("--data_dir", required=True, help="where TFDS writes the dataset")
     parser.add_argument("--config", choices=[*CONFIGS, "all"], default="all")
-    parser.add_argument("--overwrite", action="store_true", help="rebuild an existing dataset")
+    add_build_args(parser, "the dataset's file, or a folder of them")
     args = parser.parse_args(argv)
     return build_configs(
         parser.prog,

@@ -6,6 +6,7 @@ Used by ``python -m memr1.data.tfds`` (the four datasets) and ``python -m memr1.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import sys
 import tempfile
@@ -18,6 +19,13 @@ from memr1.data.errors import DataError
 
 # `(manual_dir, data_dir, config, *, overwrite) -> prepared builder`
 BuildFn = Callable[..., tfds.core.DatasetBuilder]
+
+
+def add_build_args(parser: argparse.ArgumentParser, source_help: str) -> None:
+    """The arguments every build command has: --source, --data_dir, --overwrite."""
+    parser.add_argument("--source", required=True, help=source_help)
+    parser.add_argument("--data_dir", required=True, help="where TFDS writes the dataset")
+    parser.add_argument("--overwrite", action="store_true", help="rebuild an existing dataset")
 
 
 @contextlib.contextmanager
