@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from memr1.atomic import write_json_atomic
 from memr1.retrieval import ScannConfig
 from memr1.retrieval import bench as rb
 
@@ -257,12 +258,9 @@ def main(argv=None) -> int:
     report["args"] = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
 
     def save() -> None:
-        # Saved after every stage, through a temporary name and a rename, so an interrupted
-        # run keeps what it measured and never leaves half a file.
+        # Saved after every stage, so an interrupted run keeps what it measured.
         if args.json:
-            tmp = args.json.with_name(args.json.name + ".tmp")
-            tmp.write_text(json.dumps(report, indent=1, default=float))
-            os.replace(tmp, args.json)
+            write_json_atomic(args.json, report, indent=1, default=float)
 
     t0 = time.perf_counter()
     report["retrieval"] = retrieval_rows(args, rng)

@@ -54,9 +54,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -339,10 +337,9 @@ def main(argv: list[str] | None = None) -> int:
         "rollout = decode + KV cache + prefill"
     )
     if args.json:
-        # Written under a temporary name and renamed, so a reader never sees half a file.
-        tmp = args.json.with_name(f".{args.json.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(rows, indent=1) + "\n")
-        tmp.replace(args.json)
+        from memr1.atomic import write_json_atomic
+
+        write_json_atomic(args.json, rows, indent=1)
     return 0
 
 

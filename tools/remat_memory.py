@@ -13,7 +13,6 @@ rows x length x d_model x 4 bytes; its weights (float32) come back as a gradient
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -95,9 +94,9 @@ def main(argv=None) -> int:
     print(f"one layer's input [B, T, D] in float32: {mib(residual):,.1f} MiB")
     print(f"one layer's weights in float32: {mib(layer):,.1f} MiB")
     if args.json:
-        tmp = args.json.with_name(args.json.name + ".tmp")
-        tmp.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "rows": rows}))
-        tmp.replace(args.json)
+        from memr1.atomic import write_json_atomic
+
+        write_json_atomic(args.json, {"args": vars(args) | {"json": str(args.json)}, "rows": rows})
     return 0
 
 

@@ -14,6 +14,7 @@ from memr1.data.locomo import load_locomo
 from memr1.data.longmemeval import load_longmemeval
 from memr1.data.msc import load_msc
 from memr1.data.records import Conversation
+from memr1.data.source import parse_source
 from memr1.data.split import parse_ratios, split_conversations
 from memr1.env.answer import AnswerConfig
 from memr1.env.facts import FACT_SOURCES
@@ -32,12 +33,24 @@ LOADERS = {
 
 
 def load_conversations(data: Any) -> list[Conversation]:
-    """The conversations of `data.split` (see configs/base.py `data_section`)."""
+    """The conversations of `data.split` (see configs/base.py `data_section`).
+
+    `data.path` is the dataset's file or folder, or a dataset built by `python -m memr1.data.tfds`
+    written `tfds:DATA_DIR[:SPLIT]` (`memr1.data.source`): its stored split, by default `full`,
+    is read through `tfds.data_source` and then split like the file, so both give the same
+    conversations.
+    """
     if not data.path:
         raise ValueError("config data.path is not set: give the dataset file (--config.data.path)")
     if data.kind not in LOADERS:
         raise ValueError(f"unknown dataset kind {data.kind!r}; expected one of {sorted(LOADERS)}")
-    conversations = LOADERS[data.kind](data.path)
+    tfds_source = parse_source(data.path)
+    if tfds_source is None:
+        conversations = LOADERS[data.kind](data.path)
+    else:
+        from memr1.data.tfds.read import read_conversations  # TFDS is imported only when used
+
+        conversations = read_conversations(data.kind, tfds_source.data_dir, tfds_source.split)
     dropped = tuple(int(c) for c in str(data.drop_categories).split(",") if c.strip())
     if data.split == "all":
         parts = split_conversations(conversations, (1,), names=("all",), dropped_categories=dropped)

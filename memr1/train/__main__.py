@@ -48,15 +48,15 @@ from memr1.models.hf_io import config_from_hf
 from memr1.models.tokenizer import load_tokenizer
 from memr1.rl import grpo, ppo
 from memr1.sampling.layout import decode_dtype
-from memr1.train import loop, lora, mesh, multihost, sft, state
+from memr1.train import faults, loop, lora, mesh, multihost, sft, state
 from memr1.train.checkpoint import Checkpointer, restore_params
-from memr1.train.loop import parse_faults
+from memr1.train.faults import parse_faults
 from memr1.train.metrics_log import MetricsWriter, NonFiniteError
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/memr1.py", "Experiment config.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, logs).")
 _HF_DIR = flags.DEFINE_string("hf_dir", None, "Local HF checkpoint of the backbone.")
-_TUPLES = flags.DEFINE_string("tuples", None, "Training tuples (python -m memr1.tuples).")
+_TUPLES = flags.DEFINE_string("tuples", None, "python -m memr1.tuples output, or tfds:DATA_DIR.")
 _SFT_DATA = flags.DEFINE_string("sft_data", None, "JSONL of {messages, target} for SFT.")
 _INIT = flags.DEFINE_string("init_checkpoint", None, "Start from this run's policy (e.g. SFT).")
 _ANSWER = flags.DEFINE_string(
@@ -218,11 +218,11 @@ def train(
         seed=config.seed,
         on_nonfinite=t.on_nonfinite,
         desc=f"{config.stage}/{config.algo}",
-        inject_nonfinite=tuple(inject_nonfinite),
         drop_zero_signal=bool(t.drop_zero_signal),
         n_micro=t.n_micro,
         oversample=t.oversample,
     )
+    wrap_step = faults.wrapper(inject_nonfinite)
     if isinstance(t.keep, bool) or not isinstance(t.keep, int) or t.keep < 1:
         raise ValueError(f"config train.keep={t.keep!r}: must be an integer >= 1")
     lora.from_train_config(t)  # refuses a bad rank, alpha or module regex
@@ -257,7 +257,9 @@ def train(
         # -- SFT --------------------------------------------------------------------------------
         if config.algo == "sft":
             pairs = sft.read_sft_pairs(sft_data, policy)
-            step_fn = sft.make_sft_step(setup, sft.SFTConfig(n_micro=t.n_micro))
+            sft_cfg = sft.SFTConfig(n_micro=t.n_micro)
+            make = lambda hook: sft.make_sft_step(setup, sft_cfg, before_guard=hook)
+            step_fn = wrap_step(make)
             return loop.run_sft(
                 setup,
                 st,
@@ -334,6 +336,7 @@ def train(
             grpo_cfg=grpo_cfg,
             ppo_cfg=ppo.PPOConfig.from_train_config(t),
             ref_params=ref,
+            wrap_step=wrap_step,
         )
         return loop.run_rl(
             setup,

@@ -25,14 +25,15 @@ The manager's RL stage turns a tuple's snapshot back into a live bank with
 
 Storage (``io``): a folder of array_record files (one JSON record per tuple) plus metadata.json,
 written atomically; ``io.TupleReader`` reads it back by index. ``memr1.tuples.tfds_builder``
-exposes the same folders to ``tfds.data_source``. Command line: ``python -m memr1.tuples``.
+exposes the same folders to ``tfds.data_source`` (built by ``python -m memr1.tuples.to_tfds``), and
+``io.open_tuples`` / ``read_tuples`` read either source. Command line: ``python -m memr1.tuples``.
 
 Building needs JAX and the pipeline, so ``build`` is imported from its module
 (``from memr1.tuples.build import build_tuples, TupleConfig``); reading only needs this
 package.
 """
 
-from memr1.tuples.io import TupleReader, read_metadata, read_tuples, write_tuples
+from memr1.tuples.io import TupleReader, open_tuples, read_metadata, read_tuples, write_tuples
 from memr1.tuples.schema import (
     SCHEMA_VERSION,
     AnswerMemory,
@@ -52,6 +53,7 @@ __all__ = [
     "MemoryRecord",
     "SchemaError",
     "TupleReader",
+    "open_tuples",
     "read_metadata",
     "read_tuples",
     "write_tuples",

@@ -108,7 +108,7 @@ def test_cli_bad_input_exits_2_and_writes_nothing(synth_dir, tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert str(bad) in proc.stderr
     assert not workdir.exists()
-    assert not list(tmp_path.glob(".out.partial-*"))
+    assert [p.name for p in tmp_path.iterdir()] == ["bad.json"]  # no temporary left
 
 
 def _check_inspector(workdir, memory):
