@@ -232,7 +232,7 @@ def train(
         raise ValueError(f"algo={config.algo} needs --tuples (python -m memr1.tuples)")
     if config.algo != "sft" and config.stage == "manager":
         check_memory_config(config.memory)
-    grpo_cfg = grpo.GRPOConfig.from_train_config(t)
+    grpo_cfg = grpo.GRPOConfig.from_config(config)
     models = prepare_models(
         config,
         hf_dir=hf_dir or config.hf_dir,
@@ -332,7 +332,7 @@ def train(
             setup,
             config.algo,
             grpo_cfg=grpo_cfg,
-            ppo_cfg=ppo.PPOConfig.from_train_config(t),
+            ppo_cfg=ppo.PPOConfig.from_config(config),
             ref_params=ref,
         )
         return loop.run_rl(

@@ -218,8 +218,13 @@ def run_sft(
 def make_rl_update(
     setup: TrainSetup, algo: str, *, grpo_cfg=None, ppo_cfg=None, ref_params: Any = None
 ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
-    """`update(state, host_batch) -> (state, metrics)` for "grpo" or "ppo" (jitted inside)."""
+    """`update(state, host_batch) -> (state, metrics)` for "grpo" or "ppo" (jitted inside), with
+    the algorithm's settings (`grpo_cfg` or `ppo_cfg`, built by their `from_config`)."""
     from memr1.rl import grpo, ppo
+
+    settings = {"grpo": grpo_cfg, "ppo": ppo_cfg}
+    if algo in settings and settings[algo] is None:
+        raise ValueError(f"make_rl_update({algo!r}) needs {algo}_cfg")
 
     def with_ref(fn, beta):
         if beta > 0 and ref_params is None:
@@ -227,12 +232,10 @@ def make_rl_update(
         return (lambda s, b: fn(s, b, ref_params)) if beta > 0 else fn
 
     if algo == "grpo":
-        grpo_cfg = grpo_cfg or grpo.GRPOConfig()
         step = with_ref(steps.make_grpo_step(setup, grpo_cfg), grpo_cfg.kl_beta)
         fields = grpo.FIELDS + ("old_logp", "sampler_logp", FAULT_FIELD)
         return lambda s, b: step(s, shard_batch(setup, {k: b[k] for k in fields if k in b}))
     if algo == "ppo":
-        ppo_cfg = ppo_cfg or ppo.PPOConfig()
         prepare = steps.make_ppo_prepare(setup, ppo_cfg)
         step = with_ref(steps.make_ppo_step(setup, ppo_cfg), ppo_cfg.kl_beta)
         fields = ppo.PREPARE_FIELDS + ("old_logp", "sampler_logp")

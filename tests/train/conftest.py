@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from memr1.rl import grpo
 from memr1.train import mesh, sft, state, steps
 from tests.train import tiny
 
 OPTIM = state.OptimConfig(lr=3e-3, warmup_steps=2)
-GRPO_CFG = grpo.GRPOConfig(n_micro=2, kl_beta=0.05, logprob_chunk=tiny.CHUNK)
+GRPO_CFG = tiny.grpo_config(n_micro=2, kl_beta=0.05)
 
 
 @pytest.fixture(scope="session")

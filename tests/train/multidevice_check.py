@@ -20,13 +20,12 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from memr1.rl import grpo
 from memr1.train import mesh, sft, state, steps
 from tests.train import tiny
 
 CFG = tiny.CFG.replace(n_layers=2)
 OPTIM = state.OptimConfig(lr=1e-3, warmup_steps=0)
-GRPO_CFG = grpo.GRPOConfig(n_micro=2, kl_beta=0.05, logprob_chunk=tiny.CHUNK)
+GRPO_CFG = tiny.grpo_config(n_micro=2, kl_beta=0.05)
 
 
 def max_grad_diff(a, b) -> float:

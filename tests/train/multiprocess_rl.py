@@ -29,7 +29,6 @@ from memr1.env.manager_reward import ManagerState, RewardEnv
 from memr1.env.memory_store import BankSpec
 from memr1.env.policy import Completion, SamplingConfig, TextPolicy
 from memr1.models.config import ModelConfig
-from memr1.rl import grpo
 from memr1.train import loop, multihost, state
 from memr1.train.checkpoint import Checkpointer
 from memr1.train.metrics_log import MetricsWriter
@@ -46,7 +45,7 @@ LOOPS = {
     # 1 state per process a step; groups without signal are dropped.
     "manager": loop.LoopConfig(steps=2, batch_size=2, group_size=4, drop_zero_signal=True),
 }
-GRPO = grpo.GRPOConfig(kl_beta=0.0, logprob_chunk=64)
+GRPO = tiny.grpo_config(chunk=64, kl_beta=0.0)
 
 PEOPLE = [("Ann", "Paris"), ("Bo", "Rome"), ("Cy", "Oslo"), ("Di", "Lima")]
 PEOPLE += [("Ed", "Kyiv"), ("Flo", "Baku"), ("Gus", "Doha"), ("Hal", "Riga")]

@@ -13,7 +13,6 @@ from memr1.drill.checks import raw_records, record_differences
 from memr1.env import rollout
 from memr1.env.policy import SamplingConfig, TextPolicy
 from memr1.models.tokenizer_train import train_bpe_tokenizer
-from memr1.rl import grpo
 from memr1.train import loop, mesh, state
 from memr1.train.checkpoint import Checkpointer
 from memr1.train.metrics_log import MetricsWriter, read_jsonl
@@ -46,9 +45,7 @@ def answer_policy(tmp_path_factory):
         batch_size=2,
     )
     # One compiled update serves every run below: their setups are structurally identical.
-    update = loop.make_rl_update(
-        setup, "grpo", grpo_cfg=grpo.GRPOConfig(kl_beta=0.0, logprob_chunk=64)
-    )
+    update = loop.make_rl_update(setup, "grpo", grpo_cfg=tiny.grpo_config(chunk=64, kl_beta=0.0))
     return cfg, m, policy, update
 
 

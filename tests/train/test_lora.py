@@ -149,7 +149,6 @@ def test_memory_estimate_counts_optimiser_memory_for_the_adapters_only():
 
 def test_lora_ppo_trains_the_adapters_and_the_whole_critic():
     """PPO with a LoRA policy: the base stays bitwise, the adapters and the (whole) critic learn."""
-    from memr1.rl import ppo
 
     setup, base, s0 = _lora_state(
         critic_cfg=tiny.CFG, critic_optim=state.OptimConfig(lr=5e-3, warmup_steps=0)
@@ -157,7 +156,7 @@ def test_lora_ppo_trains_the_adapters_and_the_whole_critic():
     # The critic starts from the base weights (no adapters), trained whole.
     assert tiny.leaves_equal(s0.critic_params["trunk"], base)
     assert not lora.has_adapters(s0.critic_params)
-    cfg = ppo.PPOConfig(n_micro=2, lam=0.9, logprob_chunk=tiny.CHUNK)
+    cfg = tiny.ppo_config(n_micro=2, lam=0.9)
     raw = tiny.grpo_batch()
     raw.pop("advantages")
     raw["rewards"] = np.array([1, 0, 1, 1, 0, 0, 1, 0], np.float32)

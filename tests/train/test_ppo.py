@@ -66,7 +66,7 @@ def test_prepare_then_updates_train_actor_and_critic():
         m, tiny.CFG, state.OptimConfig(lr=3e-3, warmup_steps=0), seed=1,
         critic_cfg=tiny.CFG, critic_optim=critic_optim,
     )  # fmt: skip
-    cfg = ppo.PPOConfig(n_micro=2, lam=0.9, logprob_chunk=tiny.CHUNK)
+    cfg = tiny.ppo_config(n_micro=2, lam=0.9)
     raw = tiny.grpo_batch()
     raw.pop("advantages")
     raw["rewards"] = np.array([1, 0, 1, 1, 0, 0, 1, 0], np.float32)
@@ -107,26 +107,24 @@ def test_prepare_then_updates_train_actor_and_critic():
 def test_ppo_without_a_critic_is_refused_before_compute(policy):
     setup, _ = policy
     with pytest.raises(ValueError, match="needs a critic"):
-        steps.make_ppo_prepare(setup, ppo.PPOConfig())
+        steps.make_ppo_prepare(setup, tiny.ppo_config())
     with pytest.raises(ValueError, match="has none"):
-        steps.make_ppo_step(setup, ppo.PPOConfig())
+        steps.make_ppo_step(setup, tiny.ppo_config())
 
 
 def test_ppo_config_reads_the_train_section():
-    from configs.base import train_section
-
-    t = train_section("answer", "ppo")
-    defaults = ppo.PPOConfig.from_train_config(t)
-    assert (defaults.gamma, defaults.lam) == (1.0, 1.0)  # verl's defaults
-    assert ppo.PPOConfig().lam == 1.0
-    t.update(clip_eps=0.3, kl_beta=0.01, kl_estimator="k2", temperature=0.7, n_micro=2)
-    t.update(gamma=0.99, lam=0.95)
-    cfg = ppo.PPOConfig.from_train_config(t)
+    config = tiny.config("stage=answer,algo=ppo")
+    defaults = ppo.PPOConfig.from_config(config)
+    assert (defaults.gamma, defaults.lam, defaults.kl_beta) == (1.0, 1.0, 0.0)  # verl's defaults
+    config.train.update(clip_eps=0.3, kl_beta=0.01, kl_estimator="k2", temperature=0.7, n_micro=2)
+    config.train.update(gamma=0.99, lam=0.95)
+    cfg = ppo.PPOConfig.from_config(config)
     got = {k: getattr(cfg, k) for k in ("clip_eps", "kl_beta", "kl_estimator", "temperature")}
     assert got == {"clip_eps": 0.3, "kl_beta": 0.01, "kl_estimator": "k2", "temperature": 0.7}
     assert (cfg.n_micro, cfg.gamma, cfg.lam) == (2, 0.99, 0.95)
-    t.lam = 1.5
+    config.train.lam = 1.5
     with pytest.raises(ValueError, match=r"train\.lam"):
-        ppo.PPOConfig.from_train_config(t)
-    with pytest.raises(ValueError, match=r"train\.kl_estimator"):
-        ppo.PPOConfig(kl_estimator="k4")
+        ppo.PPOConfig.from_config(config)
+    for key, bad in (("kl_estimator", "k4"), ("temperature", 0.0)):
+        with pytest.raises(ValueError, match=rf"train\.{key}"):
+            ppo.PPOConfig.from_config(tiny.config("runlocal,algo=ppo", **{key: bad}))

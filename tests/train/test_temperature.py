@@ -9,7 +9,6 @@ import jax
 import numpy as np
 import pytest
 
-from configs.base import train_section
 from memr1.env.policy import SamplingConfig, TextPolicy
 from memr1.models.transformer import init_model
 from memr1.rl import grpo, ppo
@@ -51,16 +50,17 @@ def rollout():
 
 def _first_step(rollout, algo: str, temperature: float) -> dict:
     setup, s0, batch = rollout
-    t = train_section("answer", algo)
-    t.update(temperature=temperature, group_size=G, max_new_tokens=NEW)
-    ref = state.make_reference(setup, s0.params) if t.kl_beta > 0 else None
+    config = tiny.config(
+        f"stage=answer,algo={algo}", temperature=temperature, group_size=G, max_new_tokens=NEW
+    )
+    ref = state.make_reference(setup, s0.params) if config.train.kl_beta > 0 else None
     if algo == "grpo":
         update = loop.make_rl_update(
-            setup, algo, grpo_cfg=grpo.GRPOConfig.from_train_config(t), ref_params=ref
+            setup, algo, grpo_cfg=grpo.GRPOConfig.from_config(config), ref_params=ref
         )
     else:
         update = loop.make_rl_update(
-            setup, algo, ppo_cfg=ppo.PPOConfig.from_train_config(t), ref_params=ref
+            setup, algo, ppo_cfg=ppo.PPOConfig.from_config(config), ref_params=ref
         )
     _, metrics = update(tiny.copy_tree(s0), batch)
     return {k: float(v) for k, v in jax.device_get(metrics).items()}

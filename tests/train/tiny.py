@@ -8,11 +8,17 @@ a pure function of (seed, step), like the data of a real run that is resumed fro
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
+from configs import memr1 as memr1_config
 from memr1.models.config import ModelConfig
+from memr1.rl import grpo, ppo
 
 CFG = ModelConfig(
     family="qwen2",
@@ -30,6 +36,28 @@ CFG = ModelConfig(
 )
 ROWS, LENGTH, PROMPT = 8, 16, 6
 CHUNK = 8  # two log-prob chunks per row
+
+
+def config(arg: str = "runlocal", **train: Any) -> ml_collections.ConfigDict:
+    """configs/memr1.py's `arg` variant (the laptop-sized runlocal one by default) with `train`
+    set in its train section: the tests build their settings from it as the train CLI does
+    (`GRPOConfig.from_config`, `OptimConfig.from_config`, ...)."""
+    out = memr1_config.get_config(arg)
+    out.train.update(train)
+    return out
+
+
+def grpo_config(*, chunk: int = CHUNK, **train: Any) -> grpo.GRPOConfig:
+    """The GRPO update of `config(**train)`, log-probs in `chunk`-token chunks; every row runs
+    whole (train.shared_prompt off) unless `train` says otherwise."""
+    cfg = grpo.GRPOConfig.from_config(config(**{"shared_prompt": False, **train}))
+    return dataclasses.replace(cfg, logprob_chunk=chunk)
+
+
+def ppo_config(*, chunk: int = CHUNK, **train: Any) -> ppo.PPOConfig:
+    """The PPO update of `config("runlocal,algo=ppo", **train)`, in `chunk`-token chunks."""
+    cfg = ppo.PPOConfig.from_config(config("runlocal,algo=ppo", **train))
+    return dataclasses.replace(cfg, logprob_chunk=chunk)
 
 
 def _rng(seed: int, step: int) -> np.random.Generator:
