@@ -113,8 +113,7 @@ def prepare_models(config, *, hf_dir, init_checkpoint=None, answer_checkpoint=No
     shardings, in the compute dtype (it is only sampled). A checkpoint from a LoRA run is merged
     into plain weights when it is loaded.
     """
-    t = config.train
-    lora_cfg = lora.from_train_config(t)
+    lora_cfg = lora.LoraConfig.from_config(config)
     m = mesh.mesh_from_config(config.mesh, [_model_shapes(config, hf_dir)])
     backbone = load.load_backbone(
         hf_dir=hf_dir,
@@ -146,13 +145,13 @@ def prepare_models(config, *, hf_dir, init_checkpoint=None, answer_checkpoint=No
     setup, st = state.create_train_state(
         m,
         model_cfg,
-        state.OptimConfig(lr=t.lr, warmup_steps=t.warmup_steps),
+        state.OptimConfig.from_config(config),
         seed=config.seed,
         params=start,
         module_fn=None if lora_cfg is None else lora.module_fn(model_cfg, lora_cfg, config.seed),
         trainable=nnx.Param if lora_cfg is None else nnx.LoRAParam,
         critic_cfg=model_cfg if config.algo == "ppo" else None,
-        critic_optim=state.OptimConfig(lr=t.critic_lr, warmup_steps=t.warmup_steps),
+        critic_optim=state.OptimConfig.from_config(config, critic=True),
     )
     del start
     answer_backbone = None
@@ -210,22 +209,12 @@ def train(
         raise ValueError(
             f"config train.oversample={t.oversample!r} is a GRPO option (algo={config.algo})"
         )
-    loop_cfg = loop.LoopConfig(
-        steps=t.steps,
-        batch_size=t.batch_size,
-        group_size=t.group_size,
-        checkpoint_every=t.checkpoint_every,
-        seed=config.seed,
-        on_nonfinite=t.on_nonfinite,
-        desc=f"{config.stage}/{config.algo}",
-        inject_nonfinite=tuple(inject_nonfinite),
-        drop_zero_signal=bool(t.drop_zero_signal),
-        n_micro=t.n_micro,
-        oversample=t.oversample,
+    loop_cfg = dataclasses.replace(
+        loop.LoopConfig.from_config(config), inject_nonfinite=tuple(inject_nonfinite)
     )
     if isinstance(t.keep, bool) or not isinstance(t.keep, int) or t.keep < 1:
         raise ValueError(f"config train.keep={t.keep!r}: must be an integer >= 1")
-    lora.from_train_config(t)  # refuses a bad rank, alpha or module regex
+    lora.LoraConfig.from_config(config)  # refuses a bad rank, alpha or module regex
     if config.algo == "sft" and not sft_data:
         raise ValueError("algo=sft needs --sft_data (JSONL of {messages, target})")
     if config.algo != "sft" and not tuples:
@@ -257,7 +246,7 @@ def train(
         # -- SFT --------------------------------------------------------------------------------
         if config.algo == "sft":
             pairs = sft.read_sft_pairs(sft_data, policy)
-            step_fn = sft.make_sft_step(setup, sft.SFTConfig(n_micro=t.n_micro))
+            step_fn = sft.make_sft_step(setup, sft.SFTConfig.from_config(config))
             return loop.run_sft(
                 setup,
                 st,

@@ -57,24 +57,29 @@ def parse_faults(text: str | None) -> tuple[tuple[int, str], ...]:
 
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
+    """How a run steps, from the config (`from_config`): its train section and seed.
+
+    drop_zero_signal (GRPO): drop groups without reward signal before the update
+      (`batches.keep_signal_groups`); `n_micro` is the update's micro-batch count, which the
+      kept rows must still split into.
+    oversample (GRPO): roll out `oversample` x `batch_size` states a step and update on
+      `batch_size` groups, those with a reward spread first (`batches.signal_first_groups`).
+    desc: the progress bar's label.
+    """
+
     steps: int
     batch_size: int  # states (GRPO) or pairs (SFT) per step
-    group_size: int = 1  # G samples per state (GRPO)
-    checkpoint_every: int = 50
-    seed: int = 0
-    on_nonfinite: str = "skip"  # "skip" the refused update, or "stop" the run
-    desc: str = "train"
+    group_size: int  # G samples per state (GRPO)
+    checkpoint_every: int
+    seed: int
+    on_nonfinite: str  # "skip" the refused update, or "stop" the run
+    drop_zero_signal: bool
+    n_micro: int
+    oversample: int
+    desc: str
     # Fault drills only: (step, "loss" | "grads") pairs whose loss becomes NaN or whose
     # gradients become inf inside the real update step, to exercise the NaN/inf guard.
     inject_nonfinite: tuple[tuple[int, str], ...] = ()
-    # GRPO only: drop groups without reward signal before the update
-    # (`batches.keep_signal_groups`); `n_micro` is the update's micro-batch count, which the
-    # kept rows must still split into.
-    drop_zero_signal: bool = False
-    n_micro: int = 1
-    # GRPO only: roll out `oversample` x `batch_size` states a step and update on `batch_size`
-    # groups, those with a reward spread first (`batches.signal_first_groups`); 1 = off.
-    oversample: int = 1
 
     def __post_init__(self):
         # Checked here so that a bad setting fails before any model is loaded or compiled.
@@ -97,6 +102,23 @@ class LoopConfig:
                     f"inject_nonfinite ({step!r}, {kind!r}): expected (step >= 0, one of "
                     f"{sorted(FAULTS)})"
                 )
+
+    @classmethod
+    def from_config(cls, config) -> LoopConfig:
+        """The loop of a `configs/memr1.py` config (refuses impossible settings by name)."""
+        t = config.train
+        return cls(
+            steps=t.steps,
+            batch_size=t.batch_size,
+            group_size=t.group_size,
+            checkpoint_every=t.checkpoint_every,
+            seed=config.seed,
+            on_nonfinite=t.on_nonfinite,
+            drop_zero_signal=bool(t.drop_zero_signal),
+            n_micro=t.n_micro,
+            oversample=t.oversample,
+            desc=f"{config.stage}/{config.algo}",
+        )
 
 
 def batch_indices(n: int, batch: int, step: int, seed: int) -> np.ndarray:

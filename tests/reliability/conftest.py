@@ -21,7 +21,7 @@ def sft_policy():
     """(setup, initial state, compiled SFT step) on a one-device mesh."""
     m = mesh.build_mesh(1, 1, 1, model_cfgs=[tiny.CFG])
     setup, s0 = state.create_train_state(m, tiny.CFG, OPTIM, seed=0)
-    step = sft.make_sft_step(setup, sft.SFTConfig(logprob_chunk=tiny.CHUNK))
+    step = sft.make_sft_step(setup, tiny.sft_config())
     return setup, s0, step
 
 

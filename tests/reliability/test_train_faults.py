@@ -8,6 +8,7 @@ guard under test is the production one.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -28,9 +29,9 @@ class Killed(Exception):
 def _run(policy, pairs, workdir, *, steps, every=1, seed=0, s0=None, step_fn=None,
          checkpointer=Checkpointer, **cfg):  # fmt: skip
     setup, initial, step = policy
-    loop_cfg = loop.LoopConfig(
-        steps=steps, batch_size=4, checkpoint_every=every, seed=seed, desc="test", **cfg
-    )
+    inject = cfg.pop("inject_nonfinite", ())
+    loop_cfg = tiny.loop_config(seed=seed, steps=steps, batch_size=4, checkpoint_every=every, **cfg)
+    loop_cfg = dataclasses.replace(loop_cfg, inject_nonfinite=inject)
     with (
         checkpointer(workdir / "ckpt", keep=20) as ckpt,
         MetricsWriter(workdir / "logs", tensorboard=False) as writer,
@@ -158,9 +159,8 @@ def test_a_killed_run_resumes_to_the_same_state_and_the_same_log(
     ],
 )
 def test_impossible_loop_settings_are_refused_by_name(change, field):
-    settings = {"steps": 4, "batch_size": 2, **change}
     with pytest.raises(ValueError) as caught:
-        loop.LoopConfig(**settings)
+        dataclasses.replace(tiny.loop_config(steps=4, batch_size=2), **change)
     assert field in str(caught.value)
 
 

@@ -31,7 +31,7 @@ def reference(policy):
 @pytest.fixture(scope="session")
 def sft_step(policy):
     """SFT with gradient accumulation over 2 micro-batches."""
-    return sft.make_sft_step(policy[0], sft.SFTConfig(n_micro=2, logprob_chunk=tiny.CHUNK))
+    return sft.make_sft_step(policy[0], tiny.sft_config(n_micro=2))
 
 
 @pytest.fixture(scope="session")

@@ -66,7 +66,7 @@ def main() -> None:
     del c8
     out = {}
 
-    sft_cfg = sft.SFTConfig(n_micro=2, logprob_chunk=tiny.CHUNK)
+    sft_cfg = tiny.sft_config(n_micro=2)
     batch = tiny.sft_batch()
     loss1, g1, _ = sft.make_sft_step(setup1, sft_cfg, grads_only=True)(s1, batch)
     loss8, g8, _ = sft.make_sft_step(setup8, sft_cfg, grads_only=True)(s8, batch)

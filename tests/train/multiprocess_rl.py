@@ -41,9 +41,9 @@ OPTIM = state.OptimConfig(lr=1e-2, warmup_steps=0, eps=1e-4)
 SAMPLING = SamplingConfig(temperature=1.0, max_new_tokens=6)
 LOOPS = {
     # 4 states a step, 2 per process; the update keeps 2 groups, those with signal first.
-    "answer": loop.LoopConfig(steps=2, batch_size=2, group_size=4, oversample=2),
+    "answer": tiny.loop_config(steps=2, batch_size=2, group_size=4, oversample=2),
     # 1 state per process a step; groups without signal are dropped.
-    "manager": loop.LoopConfig(steps=2, batch_size=2, group_size=4, drop_zero_signal=True),
+    "manager": tiny.loop_config(steps=2, batch_size=2, group_size=4, drop_zero_signal=True),
 }
 GRPO = tiny.grpo_config(chunk=64, kl_beta=0.0)
 

@@ -66,7 +66,7 @@ def _run(answer_policy, steps, workdir, drop_zero_signal=False):
             update,
             STATES,
             do_rollout,
-            cfg=loop.LoopConfig(
+            cfg=tiny.loop_config(
                 steps=steps,
                 batch_size=2,
                 group_size=4,
@@ -175,7 +175,7 @@ def test_oversampled_steps_update_on_the_groups_with_signal(answer_policy, tmp_p
             spy,
             STATES,
             do_rollout,
-            cfg=loop.LoopConfig(steps=2, batch_size=2, group_size=4, oversample=2),
+            cfg=tiny.loop_config(steps=2, batch_size=2, group_size=4, oversample=2),
             response_width=6,
             pad_id=policy.pad_id,
             writer=w,
@@ -190,4 +190,4 @@ def test_oversampled_steps_update_on_the_groups_with_signal(answer_policy, tmp_p
 
 def test_oversample_below_one_is_refused():
     with pytest.raises(ValueError, match="train.oversample=0"):
-        loop.LoopConfig(steps=1, batch_size=1, oversample=0)
+        tiny.loop_config(steps=1, batch_size=1, oversample=0)

@@ -21,7 +21,9 @@ def test_the_critic_starts_from_the_policy_without_its_lm_head(tied):
     the state is donated), without an LM head, and the zero value head makes every value 0."""
     cfg = tiny.CFG.replace(tie_embeddings=tied)
     m = mesh.build_mesh(1, 1, 1)
-    setup, s0 = state.create_train_state(m, cfg, seed=1, critic_cfg=cfg)
+    setup, s0 = state.create_train_state(
+        m, cfg, tiny.optim(), seed=1, critic_cfg=cfg, critic_optim=tiny.optim(critic=True)
+    )
     policy, value = _flat(s0.params), _flat(s0.critic_params)
     trunk = {p[1:]: v for p, v in value.items() if p[0] == "trunk"}
     assert set(trunk) == set(policy) - {("lm_head",)}
@@ -43,14 +45,18 @@ def test_the_critic_starts_from_the_policy_without_its_lm_head(tied):
 def test_the_critic_trunk_takes_its_own_dtype_and_refuses_another_size():
     m = mesh.build_mesh(1, 1, 1)
     half = tiny.CFG.replace(param_dtype="bfloat16")
-    _, s0 = state.create_train_state(m, tiny.CFG, critic_cfg=half)
+    critic = dict(critic_optim=tiny.optim(critic=True))
+    _, s0 = state.create_train_state(m, tiny.CFG, tiny.optim(), critic_cfg=half, **critic)
     got = s0.critic_params["trunk"]["embed"][...]
     assert got.dtype == jnp.bfloat16
     np.testing.assert_array_equal(got, s0.params["embed"][...].astype(jnp.bfloat16))
     with pytest.raises(ValueError, match="cannot start from the policy.*layers/0/mlp"):
-        state.create_train_state(m, tiny.CFG, critic_cfg=tiny.CFG.replace(d_ff=64))
+        wide = tiny.CFG.replace(d_ff=64)
+        state.create_train_state(m, tiny.CFG, tiny.optim(), critic_cfg=wide, **critic)
     with pytest.raises(ValueError, match="critic_from_policy=False"):
-        state.create_train_state(m, tiny.CFG, critic_cfg=tiny.CFG, critic_params=s0.critic_params)
+        state.create_train_state(
+            m, tiny.CFG, tiny.optim(), critic_cfg=tiny.CFG, critic_params=s0.critic_params, **critic
+        )
 
 
 def test_reward_sits_on_each_rows_last_response_token():

@@ -33,7 +33,7 @@ def remat_policy(tmp_path_factory):
     policy = TextPolicy(cfg, setup.graphdef, None, tok, batch_size=2, **kw)
     # The frozen answerer of the manager stage is a plain model, as `prepare_models` loads it.
     plain = cfg.replace(remat=False, scan_layers=False)
-    answer_setup, _ = state.create_train_state(m, plain, materialize=False)
+    answer_setup, _ = state.create_train_state(m, plain, tiny.optim(), materialize=False)
     answerer = TextPolicy(plain, answer_setup.graphdef, s0.params, tok, batch_size=2, **kw)
     update = loop.make_rl_update(setup, "grpo", grpo_cfg=tiny.grpo_config(chunk=64, kl_beta=0.0))
     return setup, s0, policy, answerer, update
@@ -77,7 +77,7 @@ def test_one_grpo_step_with_remat(remat_policy, stage, tmp_path):
         update,
         states,
         do_rollout,
-        cfg=loop.LoopConfig(steps=1, batch_size=2, group_size=2),
+        cfg=tiny.loop_config(steps=1, batch_size=2, group_size=2),
         response_width=6,
         pad_id=policy.pad_id,
     )

@@ -28,7 +28,9 @@ def rollout():
     # barely matters; a 3x larger (tied) embedding sharpens them as a trained model's are.
     params["embed"] = params["embed"].replace(params["embed"][...] * 3.0)
     m = mesh.build_mesh(1, 1, 1, model_cfgs=[CFG])
-    setup, s0 = state.create_train_state(m, CFG, params=params, critic_cfg=CFG)
+    setup, s0 = state.create_train_state(
+        m, CFG, tiny.optim(), params=params, critic_cfg=CFG, critic_optim=tiny.optim(critic=True)
+    )
     detok = types.SimpleNamespace(decode=lambda ids, skip_special_tokens=True: "")
     policy = TextPolicy(CFG, setup.graphdef, None, detok, eos_ids=[1], pad_id=0, batch_size=2)
     prompts = [

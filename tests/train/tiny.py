@@ -19,6 +19,7 @@ import numpy as np
 from configs import memr1 as memr1_config
 from memr1.models.config import ModelConfig
 from memr1.rl import grpo, ppo
+from memr1.train import loop, sft, state
 
 CFG = ModelConfig(
     family="qwen2",
@@ -58,6 +59,24 @@ def ppo_config(*, chunk: int = CHUNK, **train: Any) -> ppo.PPOConfig:
     """The PPO update of `config("runlocal,algo=ppo", **train)`, in `chunk`-token chunks."""
     cfg = ppo.PPOConfig.from_config(config("runlocal,algo=ppo", **train))
     return dataclasses.replace(cfg, logprob_chunk=chunk)
+
+
+def optim(*, critic: bool = False, **train: Any) -> state.OptimConfig:
+    """The optimiser of the default (paper) config with `train` set: lr 1e-6 (critic 1e-5) and
+    10 warmup steps unless `train` says otherwise."""
+    return state.OptimConfig.from_config(config("", **train), critic=critic)
+
+
+def sft_config(*, chunk: int = CHUNK, **train: Any) -> sft.SFTConfig:
+    """The SFT update of `config(**train)`, log-probs in `chunk`-token chunks."""
+    return dataclasses.replace(sft.SFTConfig.from_config(config(**train)), logprob_chunk=chunk)
+
+
+def loop_config(*, seed: int = 0, **train: Any) -> loop.LoopConfig:
+    """The loop of `config(**train)` with run seed `seed`."""
+    cfg = config(**train)
+    cfg.seed = seed
+    return loop.LoopConfig.from_config(cfg)
 
 
 def _rng(seed: int, step: int) -> np.random.Generator:
