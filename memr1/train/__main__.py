@@ -39,9 +39,11 @@ from flax import nnx
 from ml_collections import config_flags
 
 from memr1.env import load, rollout
+from memr1.env.answer import AnswerConfig
 from memr1.env.manager_reward import RewardEnv
+from memr1.env.memory_store import BankSpec
 from memr1.env.policy import SamplingConfig
-from memr1.env.setup import bank_spec, check_memory_config, ingest_and_answer_configs
+from memr1.env.setup import check_memory_config
 from memr1.memory import BankOverflowError
 from memr1.models import config as model_config
 from memr1.models.hf_io import config_from_hf
@@ -261,7 +263,7 @@ def train(
         # -- RL data and rollout ---------------------------------------------------------------
         from memr1.tuples.io import read_tuples
 
-        sampling = SamplingConfig(temperature=t.temperature, max_new_tokens=t.max_new_tokens)
+        sampling = SamplingConfig.from_config(config, "rollout")
         style = config.agents.style
         if config.stage == "answer":
             states = [rollout.answer_state_from_tuple(x) for x in read_tuples(tuples, "answer")]
@@ -297,8 +299,8 @@ def train(
             env = RewardEnv(
                 answerer=answerer,
                 embed=encoder.encode,
-                answer=ingest_and_answer_configs(config)[1],
-                bank=bank_spec(config.memory),
+                answer=AnswerConfig.from_config(config),
+                bank=BankSpec.from_config(config),
             )
 
             def do_rollout(params, batch_states, key):

@@ -16,7 +16,6 @@ without writing anything.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -102,8 +101,9 @@ def run(args) -> dict:
     import jax
 
     from memr1.embed import Encoder
+    from memr1.env.memory_store import BankSpec
     from memr1.env.policy import SamplingConfig
-    from memr1.tuples.build import DEFAULT_BANK, TupleConfig, build_tuples
+    from memr1.tuples.build import TupleConfig, build_tuples
 
     sampling = SamplingConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     cfg = TupleConfig(
@@ -113,9 +113,11 @@ def run(args) -> dict:
         k_per_speaker=args.k_per_speaker,
         only_with_qa=not args.all_turns,
         fact_source=args.fact_source,
-        bank=dataclasses.replace(DEFAULT_BANK, capacity=args.capacity),
+        bank=BankSpec(args.capacity, 512, 4096, overflow="raise", retriever="exact_numpy"),
+        style="full",
         teacher_sampling=sampling,
         extract_sampling=sampling,
+        jobs_per_batch=32,
     )
     cfg.validate()
     policy = _policy(args) if needs_model else None

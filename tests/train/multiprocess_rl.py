@@ -46,6 +46,11 @@ LOOPS = {
     "manager": tiny.loop_config(steps=2, batch_size=2, group_size=4, drop_zero_signal=True),
 }
 GRPO = tiny.grpo_config(chunk=64, kl_beta=0.0)
+# The manager stage's reward: greedy answers of up to 64 tokens over 2 memories per speaker.
+REWARD_CONFIG = tiny.config()
+REWARD_CONFIG.memory.update(k_per_speaker=2, capacity=8, text_bytes=64, retriever="exact_numpy")
+REWARD_CONFIG.agents.update(style="compact", distill=True, temperature=0.0)
+REWARD_CONFIG.agents.answer_max_new_tokens = 64
 
 PEOPLE = [("Ann", "Paris"), ("Bo", "Rome"), ("Cy", "Oslo"), ("Di", "Lima")]
 PEOPLE += [("Ed", "Kyiv"), ("Flo", "Baku"), ("Gus", "Doha"), ("Hal", "Riga")]
@@ -135,10 +140,8 @@ def real_rollout(stage: str, policy: TextPolicy, answerer: TextPolicy | None):
         env=RewardEnv(
             answerer=answerer,
             embed=bag_of_words,
-            answer=AnswerConfig(
-                k_per_speaker=2, style="compact", sampling=SamplingConfig(max_new_tokens=64)
-            ),
-            bank=BankSpec(capacity=8, text_bytes=64, retriever="exact_numpy"),
+            answer=AnswerConfig.from_config(REWARD_CONFIG),
+            bank=BankSpec.from_config(REWARD_CONFIG),
         ),
         **common,
     )
