@@ -3,6 +3,7 @@ killed after step 1 and resumed ends bitwise equal to an uninterrupted run."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -191,3 +192,24 @@ def test_oversampled_steps_update_on_the_groups_with_signal(answer_policy, tmp_p
 def test_oversample_below_one_is_refused():
     with pytest.raises(ValueError, match="train.oversample=0"):
         tiny.loop_config(steps=1, batch_size=1, oversample=0)
+
+
+def test_loop_config_reads_the_train_section_and_the_seed():
+    config = tiny.config("stage=manager,algo=grpo", steps=7, batch_size=3, group_size=5)
+    config.train.update(checkpoint_every=2, on_nonfinite="stop", drop_zero_signal=True)
+    config.train.update(n_micro=2, oversample=3)
+    config.seed = 9
+    got = dataclasses.asdict(loop.LoopConfig.from_config(config))
+    assert got == {
+        "steps": 7,
+        "batch_size": 3,
+        "group_size": 5,
+        "checkpoint_every": 2,
+        "seed": 9,
+        "on_nonfinite": "stop",
+        "drop_zero_signal": True,
+        "n_micro": 2,
+        "oversample": 3,
+        "desc": "manager/grpo",
+        "inject_nonfinite": (),
+    }
