@@ -57,7 +57,8 @@ def main() -> None:
     assert tiny.leaves_equal(s1.params, s8.params), "sharded init differs from unsharded init"
     ref1, ref8 = state.make_reference(setup1, s1.params), state.make_reference(setup8, s8.params)
     # The PPO critic's trunk starts as a copy of the policy's weights, made in the same shards.
-    _, c8 = state.create_train_state(eight, CFG, OPTIM, seed=0, critic_cfg=CFG)
+    critic = dict(critic_cfg=CFG, critic_optim=tiny.optim(critic=True))
+    _, c8 = state.create_train_state(eight, CFG, OPTIM, seed=0, **critic)
     trunk = c8.critic_params["trunk"]
     assert trunk["embed"].sharding.spec == P("tensor", "fsdp"), trunk["embed"].sharding
     assert trunk["embed"].addressable_shards[0].data.shape == (32, 16)
