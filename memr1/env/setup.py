@@ -1,6 +1,9 @@
-"""From a config to a runnable system: data, backbone, encoder, policies and specs.
+"""From a config to a runnable system: its conversations and gold operations, and the memory
+settings refused before anything is loaded.
 
-Shared by the evaluation CLI and the demo, so both run exactly the same code path.
+Shared by the evaluation CLI, the train CLI and the demo, so all run exactly the same code path.
+The agents' own settings are built by their `from_config` (`memr1.env.answer.AnswerConfig`,
+`memr1.env.ingest.IngestConfig`, `memr1.env.memory_store.BankSpec`, `memr1.env.systems`).
 """
 
 from __future__ import annotations
@@ -16,11 +19,7 @@ from memr1.data.msc import load_msc
 from memr1.data.records import Conversation
 from memr1.data.source import parse_source
 from memr1.data.split import parse_ratios, split_conversations
-from memr1.env.answer import AnswerConfig
 from memr1.env.facts import FACT_SOURCES
-from memr1.env.ingest import IngestConfig
-from memr1.env.memory_store import BankSpec
-from memr1.env.policy import SamplingConfig
 from memr1.memory.bank import OVERFLOW_POLICIES
 from memr1.retrieval import BACKENDS
 
@@ -105,35 +104,3 @@ def check_memory_config(memory: Any) -> None:
     ]:
         if memory[name] not in allowed:
             raise ValueError(f"config memory.{name}={memory[name]!r}: expected one of {allowed}")
-
-
-def bank_spec(memory: Any) -> BankSpec:
-    return BankSpec(
-        capacity=memory.capacity,
-        text_bytes=memory.text_bytes,
-        log_capacity=memory.log_capacity,
-        overflow=memory.overflow,
-        retriever=memory.retriever,
-    )
-
-
-def ingest_and_answer_configs(config: Any) -> tuple[IngestConfig, AnswerConfig]:
-    a, m = config.agents, config.memory
-
-    def sampling(n):
-        return SamplingConfig(temperature=a.temperature, max_new_tokens=n)
-
-    ingest_cfg = IngestConfig(
-        fact_source=m.fact_source,
-        k_per_fact=m.k_per_fact,
-        style=a.style,
-        extract_sampling=sampling(a.extract_max_new_tokens),
-        manager_sampling=sampling(a.manager_max_new_tokens),
-    )
-    answer_cfg = AnswerConfig(
-        k_per_speaker=m.k_per_speaker,
-        distill=a.distill,
-        style=a.style,
-        sampling=sampling(a.answer_max_new_tokens),
-    )
-    return ingest_cfg, answer_cfg

@@ -39,9 +39,11 @@ from flax import nnx
 from ml_collections import config_flags
 
 from memr1.env import load, rollout
+from memr1.env.answer import AnswerConfig
 from memr1.env.manager_reward import RewardEnv
+from memr1.env.memory_store import BankSpec
 from memr1.env.policy import SamplingConfig
-from memr1.env.setup import bank_spec, check_memory_config, ingest_and_answer_configs
+from memr1.env.setup import check_memory_config
 from memr1.memory import BankOverflowError
 from memr1.models import config as model_config
 from memr1.models.hf_io import config_from_hf
@@ -113,8 +115,7 @@ def prepare_models(config, *, hf_dir, init_checkpoint=None, answer_checkpoint=No
     shardings, in the compute dtype (it is only sampled). A checkpoint from a LoRA run is merged
     into plain weights when it is loaded.
     """
-    t = config.train
-    lora_cfg = lora.from_train_config(t)
+    lora_cfg = lora.LoraConfig.from_config(config)
     m = mesh.mesh_from_config(config.mesh, [_model_shapes(config, hf_dir)])
     backbone = load.load_backbone(
         hf_dir=hf_dir,
@@ -146,13 +147,13 @@ def prepare_models(config, *, hf_dir, init_checkpoint=None, answer_checkpoint=No
     setup, st = state.create_train_state(
         m,
         model_cfg,
-        state.OptimConfig(lr=t.lr, warmup_steps=t.warmup_steps),
+        state.OptimConfig.from_config(config),
         seed=config.seed,
         params=start,
         module_fn=None if lora_cfg is None else lora.module_fn(model_cfg, lora_cfg, config.seed),
         trainable=nnx.Param if lora_cfg is None else nnx.LoRAParam,
         critic_cfg=model_cfg if config.algo == "ppo" else None,
-        critic_optim=state.OptimConfig(lr=t.critic_lr, warmup_steps=t.warmup_steps),
+        critic_optim=state.OptimConfig.from_config(config, critic=True),
     )
     del start
     answer_backbone = None
@@ -210,29 +211,18 @@ def train(
         raise ValueError(
             f"config train.oversample={t.oversample!r} is a GRPO option (algo={config.algo})"
         )
-    loop_cfg = loop.LoopConfig(
-        steps=t.steps,
-        batch_size=t.batch_size,
-        group_size=t.group_size,
-        checkpoint_every=t.checkpoint_every,
-        seed=config.seed,
-        on_nonfinite=t.on_nonfinite,
-        desc=f"{config.stage}/{config.algo}",
-        drop_zero_signal=bool(t.drop_zero_signal),
-        n_micro=t.n_micro,
-        oversample=t.oversample,
-    )
+    loop_cfg = loop.LoopConfig.from_config(config)
     wrap_step = faults.wrapper(inject_nonfinite)
     if isinstance(t.keep, bool) or not isinstance(t.keep, int) or t.keep < 1:
         raise ValueError(f"config train.keep={t.keep!r}: must be an integer >= 1")
-    lora.from_train_config(t)  # refuses a bad rank, alpha or module regex
+    lora.LoraConfig.from_config(config)  # refuses a bad rank, alpha or module regex
     if config.algo == "sft" and not sft_data:
         raise ValueError("algo=sft needs --sft_data (JSONL of {messages, target})")
     if config.algo != "sft" and not tuples:
         raise ValueError(f"algo={config.algo} needs --tuples (python -m memr1.tuples)")
     if config.algo != "sft" and config.stage == "manager":
         check_memory_config(config.memory)
-    grpo_cfg = grpo.GRPOConfig.from_train_config(t)
+    grpo_cfg = grpo.GRPOConfig.from_config(config)
     models = prepare_models(
         config,
         hf_dir=hf_dir or config.hf_dir,
@@ -257,7 +247,7 @@ def train(
         # -- SFT --------------------------------------------------------------------------------
         if config.algo == "sft":
             pairs = sft.read_sft_pairs(sft_data, policy)
-            sft_cfg = sft.SFTConfig(n_micro=t.n_micro)
+            sft_cfg = sft.SFTConfig.from_config(config)
             make = lambda hook: sft.make_sft_step(setup, sft_cfg, before_guard=hook)
             step_fn = wrap_step(make)
             return loop.run_sft(
@@ -274,7 +264,7 @@ def train(
         # -- RL data and rollout ---------------------------------------------------------------
         from memr1.tuples.io import read_tuples
 
-        sampling = SamplingConfig(temperature=t.temperature, max_new_tokens=t.max_new_tokens)
+        sampling = SamplingConfig.from_config(config, "rollout")
         style = config.agents.style
         if config.stage == "answer":
             states = [rollout.answer_state_from_tuple(x) for x in read_tuples(tuples, "answer")]
@@ -310,8 +300,8 @@ def train(
             env = RewardEnv(
                 answerer=answerer,
                 embed=encoder.encode,
-                answer=ingest_and_answer_configs(config)[1],
-                bank=bank_spec(config.memory),
+                answer=AnswerConfig.from_config(config),
+                bank=BankSpec.from_config(config),
             )
 
             def do_rollout(params, batch_states, key):
@@ -334,7 +324,7 @@ def train(
             setup,
             config.algo,
             grpo_cfg=grpo_cfg,
-            ppo_cfg=ppo.PPOConfig.from_train_config(t),
+            ppo_cfg=ppo.PPOConfig.from_config(config),
             ref_params=ref,
             wrap_step=wrap_step,
         )

@@ -43,21 +43,26 @@ StepWrapper = Callable[[StepBuilder], Callable]
 
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
+    """How a run steps, from the config (`from_config`): its train section and seed.
+
+    drop_zero_signal (GRPO): drop groups without reward signal before the update
+      (`batches.keep_signal_groups`); `n_micro` is the update's micro-batch count, which the
+      kept rows must still split into.
+    oversample (GRPO): roll out `oversample` x `batch_size` states a step and update on
+      `batch_size` groups, those with a reward spread first (`batches.signal_first_groups`).
+    desc: the progress bar's label.
+    """
+
     steps: int
     batch_size: int  # states (GRPO) or pairs (SFT) per step
-    group_size: int = 1  # G samples per state (GRPO)
-    checkpoint_every: int = 50
-    seed: int = 0
-    on_nonfinite: str = "skip"  # "skip" the refused update, or "stop" the run
-    desc: str = "train"
-    # GRPO only: drop groups without reward signal before the update
-    # (`batches.keep_signal_groups`); `n_micro` is the update's micro-batch count, which the
-    # kept rows must still split into.
-    drop_zero_signal: bool = False
-    n_micro: int = 1
-    # GRPO only: roll out `oversample` x `batch_size` states a step and update on `batch_size`
-    # groups, those with a reward spread first (`batches.signal_first_groups`); 1 = off.
-    oversample: int = 1
+    group_size: int  # G samples per state (GRPO)
+    checkpoint_every: int
+    seed: int
+    on_nonfinite: str  # "skip" the refused update, or "stop" the run
+    drop_zero_signal: bool
+    n_micro: int
+    oversample: int
+    desc: str
 
     def __post_init__(self):
         # Checked here so that a bad setting fails before any model is loaded or compiled.
@@ -74,6 +79,23 @@ class LoopConfig:
                 raise ValueError(f"train.{name}={value!r}: must be an integer >= 1")
         if self.on_nonfinite not in ("skip", "stop"):
             raise ValueError(f"train.on_nonfinite={self.on_nonfinite!r}: expected 'skip' or 'stop'")
+
+    @classmethod
+    def from_config(cls, config) -> LoopConfig:
+        """The loop of a `configs/memr1.py` config (refuses impossible settings by name)."""
+        t = config.train
+        return cls(
+            steps=t.steps,
+            batch_size=t.batch_size,
+            group_size=t.group_size,
+            checkpoint_every=t.checkpoint_every,
+            seed=config.seed,
+            on_nonfinite=t.on_nonfinite,
+            drop_zero_signal=bool(t.drop_zero_signal),
+            n_micro=t.n_micro,
+            oversample=t.oversample,
+            desc=f"{config.stage}/{config.algo}",
+        )
 
 
 def batch_indices(n: int, batch: int, step: int, seed: int) -> np.ndarray:
@@ -188,11 +210,16 @@ def make_rl_update(
     ref_params: Any = None,
     wrap_step: StepWrapper | None = None,
 ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
-    """`update(state, host_batch) -> (state, metrics)` for "grpo" or "ppo" (jitted inside).
+    """`update(state, host_batch) -> (state, metrics)` for "grpo" or "ppo" (jitted inside), with
+    the algorithm's settings (`grpo_cfg` or `ppo_cfg`, built by their `from_config`).
 
     `wrap_step`, when given, builds the update step from its builder (fault drills).
     """
     from memr1.rl import grpo, ppo
+
+    settings = {"grpo": grpo_cfg, "ppo": ppo_cfg}
+    if algo in settings and settings[algo] is None:
+        raise ValueError(f"make_rl_update({algo!r}) needs {algo}_cfg")
 
     def with_ref(fn, beta):
         if beta > 0 and ref_params is None:
@@ -202,13 +229,11 @@ def make_rl_update(
     built = wrap_step or (lambda make: make(None))
 
     if algo == "grpo":
-        grpo_cfg = grpo_cfg or grpo.GRPOConfig()
         make = lambda hook: steps.make_grpo_step(setup, grpo_cfg, before_guard=hook)
         step = with_ref(built(make), grpo_cfg.kl_beta)
         fields = grpo.FIELDS + ("old_logp", "sampler_logp")
         return lambda s, b: step(s, shard_batch(setup, {k: b[k] for k in fields if k in b}))
     if algo == "ppo":
-        ppo_cfg = ppo_cfg or ppo.PPOConfig()
         prepare = steps.make_ppo_prepare(setup, ppo_cfg)
         make = lambda hook: steps.make_ppo_step(setup, ppo_cfg, before_guard=hook)
         step = with_ref(built(make), ppo_cfg.kl_beta)

@@ -32,13 +32,18 @@ FIELDS = ("tokens", "valid", "loss_mask")
 
 @dataclasses.dataclass(frozen=True)
 class SFTConfig:
-    n_micro: int = 1  # micro-batches per step (gradient accumulation)
+    n_micro: int  # micro-batches per step (gradient accumulation): train.n_micro
     logprob_chunk: int = 128  # sequence chunk of the vocabulary projection
+
+    @classmethod
+    def from_config(cls, config) -> SFTConfig:
+        """The SFT update of a `configs/memr1.py` config."""
+        return cls(n_micro=config.train.n_micro)
 
 
 def make_sft_step(
     setup: TrainSetup,
-    cfg: SFTConfig = SFTConfig(),
+    cfg: SFTConfig,
     *,
     grads_only: bool = False,
     before_guard: BeforeGuard | None = None,

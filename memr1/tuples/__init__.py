@@ -16,9 +16,10 @@ Bank builders (``build.TupleConfig.builder``, see ``banks``):
 * ``teacher`` with a callable ``teacher(facts, retrieved) -> list[ManagerOp]``: a rule-based
   manager, e.g. the CPU demo's Mem0-like teacher on synthloco.
 
-Window W: the paper says 24 turns in its text and 50 in Algorithm 1; the default is 50. W = -1
-builds each conversation's bank once and reads it before every turn (the whole history so far),
-which costs one pass instead of one bank per turn.
+Window W: the paper says 24 turns in its text and 50 in Algorithm 1; the config's
+``tuples.window`` (``configs/base.py``) is 50. W = -1 builds each conversation's bank once and
+reads it before every turn (the whole history so far), which costs one pass instead of one bank
+per turn.
 
 The manager's RL stage turns a tuple's snapshot back into a live bank with
 ``restore.restore_memory`` (ids remapped), applies candidate ops to it and answers ``qa`` over it.

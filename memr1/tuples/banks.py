@@ -164,8 +164,8 @@ def run_direct(
     spec: BankSpec,
     dim: int,
     on_state: StateFn,
-    teacher: Teacher | None = None,
-    k_per_fact: int = 5,
+    teacher: Teacher | None,
+    k_per_fact: int,
 ) -> None:
     """Runs jobs with the observation builder (``teacher=None``) or a callable teacher."""
     for job in jobs:
@@ -223,7 +223,7 @@ def run_ingest(
     teacher,
     cfg: IngestConfig,
     key: jax.Array,
-    jobs_per_batch: int = 32,
+    jobs_per_batch: int,
 ) -> Iterator[tuple[Job, TurnRecord]]:
     """Runs jobs through pipeline.ingest with ``teacher`` as the manager policy.
 

@@ -28,15 +28,11 @@ from memr1.tuples.schema import AnswerMemory, AnswerTuple, LinkedQA, ManagerTupl
 BUILDERS = ("observation", "teacher")
 WHOLE_HISTORY = -1
 
-# Tuples want every memory kept: an evicting bank would silently drop part of the history, so a
-# full bank raises instead (raise `capacity`). Exact search is the reference and is cheap at
-# the sizes of one conversation's bank.
-DEFAULT_BANK = BankSpec(capacity=1024, overflow="raise", retriever="exact_numpy")
-
 
 @dataclasses.dataclass(frozen=True)
 class TupleConfig:
-    """How tuples are built.
+    """How tuples are built: the config's tuples section, and the memory and agents settings
+    they share with evaluation (`from_config`).
 
     Attributes:
       builder: "observation" (every fact ADDed; free) or "teacher" (a manager policy or a
@@ -55,29 +51,58 @@ class TupleConfig:
       jobs_per_batch: windows a policy teacher builds side by side.
     """
 
-    builder: str = "observation"
-    window: int = 50
-    k_per_fact: int = 5
-    k_per_speaker: int = 30
-    only_with_qa: bool = True
-    fact_source: str = "observation"
-    bank: BankSpec = DEFAULT_BANK
-    style: str = "full"
-    teacher_sampling: SamplingConfig = SamplingConfig(max_new_tokens=512)
-    extract_sampling: SamplingConfig = SamplingConfig(max_new_tokens=256)
-    jobs_per_batch: int = 32
+    builder: str
+    window: int
+    k_per_fact: int
+    k_per_speaker: int
+    only_with_qa: bool
+    fact_source: str
+    bank: BankSpec
+    style: str
+    teacher_sampling: SamplingConfig
+    extract_sampling: SamplingConfig
+    jobs_per_batch: int
+
+    @classmethod
+    def from_config(cls, config) -> TupleConfig:
+        """The tuples of a `configs/memr1.py` config (see `configs/base.py` tuples_section)."""
+        t, m = config.tuples, config.memory
+        # Tuples want every memory kept: an evicting bank would silently drop part of the
+        # history, so a full bank raises instead (raise memory.capacity). Exact search is the
+        # reference and is cheap at the sizes of one conversation's bank.
+        bank = dataclasses.replace(
+            BankSpec.from_config(config), overflow="raise", retriever="exact_numpy"
+        )
+        return cls(
+            builder=t.builder,
+            window=t.window,
+            k_per_fact=m.k_per_fact,
+            k_per_speaker=m.k_per_speaker,
+            only_with_qa=t.only_with_qa,
+            fact_source=t.fact_source,
+            bank=bank,
+            style=config.agents.style,
+            teacher_sampling=SamplingConfig.from_config(config, "manager"),
+            extract_sampling=SamplingConfig.from_config(config, "extract"),
+            jobs_per_batch=t.jobs_per_batch,
+        )
 
     def validate(self) -> None:
-        """Raises ValueError naming the first bad setting."""
+        """Raises ValueError naming the first bad setting by its config key."""
         if self.builder not in BUILDERS:
-            raise ValueError(f"unknown builder {self.builder!r}; expected one of {BUILDERS}")
+            raise ValueError(f"config tuples.builder={self.builder!r}: expected one of {BUILDERS}")
         if self.fact_source not in FACT_SOURCES:
-            raise ValueError(f"unknown fact source {self.fact_source!r}; one of {FACT_SOURCES}")
+            raise ValueError(
+                f"config tuples.fact_source={self.fact_source!r}: expected one of {FACT_SOURCES}"
+            )
         if self.window < WHOLE_HISTORY:
-            raise ValueError(f"window must be >= 0, or -1 for the whole history: {self.window}")
-        for name in ("k_per_fact", "k_per_speaker", "jobs_per_batch"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+            raise ValueError(
+                f"config tuples.window={self.window}: must be >= 0, or -1 for the whole history"
+            )
+        for key in ("memory.k_per_fact", "memory.k_per_speaker", "tuples.jobs_per_batch"):
+            value = getattr(self, key.split(".")[1])
+            if value < 1:
+                raise ValueError(f"config {key}={value}: must be >= 1")
 
 
 @dataclasses.dataclass
@@ -224,7 +249,7 @@ def build_tuples(
     *,
     embed: EmbedFn,
     dim: int,
-    cfg: TupleConfig = TupleConfig(),
+    cfg: TupleConfig,
     teacher: Any = None,
     extractor: Any = None,
     key: jax.Array | None = None,
@@ -294,6 +319,7 @@ def build_tuples(
             use_manager=True,
             k_per_fact=cfg.k_per_fact,
             style=cfg.style,
+            extract_sampling=cfg.extract_sampling,
             manager_sampling=cfg.teacher_sampling,
         )
         runs = banks.run_ingest(

@@ -21,6 +21,7 @@ from memr1.env.manager_io import ADD, DELETE, UPDATE, parse_manager_output, rend
 from memr1.env.manager_reward import RewardEnv
 from memr1.env.memory_store import BankSpec
 from memr1.tuples.schema import LinkedQA, ManagerTuple, MemoryRecord
+from tests.train import tiny
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,11 +110,15 @@ def test_through_a_careful_reader_only_the_merge_answers_the_list_question():
         qa=(question,),
         builder="test",
     )
+    config = tiny.config()
+    config.memory.update(k_per_speaker=2, capacity=8, text_bytes=64, retriever="exact_numpy")
+    config.agents.update(style="compact", distill=True, temperature=0.0)
+    config.agents.answer_max_new_tokens = 256
     env = RewardEnv(
         answerer=RuleReader(),
         embed=_words,
-        answer=AnswerConfig(k_per_speaker=2, style="compact"),
-        bank=BankSpec(capacity=8, text_bytes=64, retriever="exact_numpy"),
+        answer=AnswerConfig.from_config(config),
+        bank=BankSpec.from_config(config),
     )
     got = probe_rewards([state], {("s", "D2:1"): {"op": "UPDATE", "delete_add_ok": False}}, env)
     # Merged: "Andrew has two dogs: Toby and Buddy." Split or lost, the newest dog memory names

@@ -14,7 +14,7 @@ from tests.train import tiny
 
 OPTIM = state.OptimConfig(lr=3e-3, warmup_steps=2)
 LENGTH = 16
-SFT_CFG = sft.SFTConfig(logprob_chunk=tiny.CHUNK)
+SFT_CFG = tiny.sft_config()
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ one, and every other step runs the production step itself.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -35,9 +36,7 @@ def _run(policy, pairs, workdir, *, steps, every=1, seed=0, s0=None, step_fn=Non
             step if hook is None else sft.make_sft_step(setup, SFT_CFG, before_guard=hook)
         )
         step_fn = faults.inject_nonfinite(build, inject_nonfinite)
-    loop_cfg = loop.LoopConfig(
-        steps=steps, batch_size=4, checkpoint_every=every, seed=seed, desc="test", **cfg
-    )
+    loop_cfg = tiny.loop_config(seed=seed, steps=steps, batch_size=4, checkpoint_every=every, **cfg)
     with (
         checkpointer(workdir / "ckpt", keep=20) as ckpt,
         MetricsWriter(workdir / "logs", tensorboard=False) as writer,
@@ -164,9 +163,8 @@ def test_a_killed_run_resumes_to_the_same_state_and_the_same_log(
     ],
 )
 def test_impossible_loop_settings_are_refused_by_name(change, field):
-    settings = {"steps": 4, "batch_size": 2, **change}
     with pytest.raises(ValueError) as caught:
-        loop.LoopConfig(**settings)
+        dataclasses.replace(tiny.loop_config(steps=4, batch_size=2), **change)
     assert field in str(caught.value)
 
 
