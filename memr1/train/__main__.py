@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -180,21 +181,9 @@ def _base_params(params):
     return lora.base_part(params) if lora.has_adapters(params) else params
 
 
-def train(
-    config,
-    *,
-    workdir,
-    hf_dir,
-    tuples,
-    sft_data,
-    init_checkpoint,
-    answer_checkpoint,
-    inject_nonfinite=(),
-):
-    # -- setup ------------------------------------------------------------------------------
-    mesh.maybe_initialize_distributed()
+def check_settings(config, *, sft_data, tuples) -> None:
+    """Refuses settings that cannot work, before a model is loaded or compiled."""
     t = config.train
-    # Settings that cannot work are refused here, before a model is loaded or compiled.
     mesh.resolve_micro_batches(config)
     if config.model.param_dtype != "float32":
         raise ValueError(
@@ -211,8 +200,7 @@ def train(
         raise ValueError(
             f"config train.oversample={t.oversample!r} is a GRPO option (algo={config.algo})"
         )
-    loop_cfg = loop.LoopConfig.from_config(config)
-    wrap_step = faults.wrapper(inject_nonfinite)
+    loop.LoopConfig.from_config(config)
     if isinstance(t.keep, bool) or not isinstance(t.keep, int) or t.keep < 1:
         raise ValueError(f"config train.keep={t.keep!r}: must be an integer >= 1")
     lora.LoraConfig.from_config(config)  # refuses a bad rank, alpha or module regex
@@ -222,7 +210,76 @@ def train(
         raise ValueError(f"algo={config.algo} needs --tuples (python -m memr1.tuples)")
     if config.algo != "sft" and config.stage == "manager":
         check_memory_config(config.memory)
-    grpo_cfg = grpo.GRPOConfig.from_config(config)
+    grpo.GRPOConfig.from_config(config)
+    if config.algo != "sft":
+        ppo.PPOConfig.from_config(config)
+
+
+def rl_states(config, models: Models, policy, tuples) -> tuple[list, Callable]:
+    """The stage's RL states from `tuples` and `rollout(params, states, key)` that samples and
+    scores them: exact match for the answer stage, exact match through the frozen Answer Agent
+    (answering as evaluation does, `memr1.env.manager_reward`) for the manager stage."""
+    from memr1.tuples.io import read_tuples
+
+    t = config.train
+    kw = dict(
+        group_size=t.group_size,
+        sampling=SamplingConfig.from_config(config, "rollout"),
+        style=config.agents.style,
+    )
+    if config.stage == "answer":
+        states = [rollout.answer_state_from_tuple(x) for x in read_tuples(tuples, "answer")]
+
+        def do_rollout(params, batch_states, key):
+            return rollout.answer_rollout(
+                policy, params, batch_states, key=key, distill=config.agents.distill, **kw
+            )
+
+        return states, do_rollout
+    from memr1.embed import Encoder
+
+    records = read_tuples(tuples, "manager")
+    if t.only_turns_with_qa:
+        records = [r for r in records if r.has_qa]
+    states = [rollout.manager_state_from_tuple(x) for x in records]
+    answerer = load.make_policy(
+        models.answer_backbone,
+        # Each process answers over its own states' banks, on its own devices.
+        multihost.local_replica(models.answerer),
+        batch_size=config.agents.batch_size,
+        max_prompt_tokens=config.agents.max_prompt_tokens,
+        name="frozen answerer",
+    )
+    env = RewardEnv(
+        answerer=answerer,
+        embed=Encoder.from_dir().encode,
+        answer=AnswerConfig.from_config(config),
+        bank=BankSpec.from_config(config),
+    )
+
+    def do_rollout(params, batch_states, key):
+        return rollout.manager_rollout(policy, params, batch_states, key=key, env=env, **kw)
+
+    return states, do_rollout
+
+
+def train(
+    config,
+    *,
+    workdir,
+    hf_dir,
+    tuples,
+    sft_data,
+    init_checkpoint,
+    answer_checkpoint,
+    inject_nonfinite=(),
+):
+    # -- setup ------------------------------------------------------------------------------
+    mesh.maybe_initialize_distributed()
+    t = config.train
+    check_settings(config, sft_data=sft_data, tuples=tuples)
+    loop_cfg = loop.LoopConfig.from_config(config)
+    wrap_step = faults.wrapper(inject_nonfinite)
     models = prepare_models(
         config,
         hf_dir=hf_dir or config.hf_dir,
@@ -244,78 +301,15 @@ def train(
         ) as ckpt,
         MetricsWriter(workdir / "logs") as writer,
     ):
+        run = dict(cfg=loop_cfg, pad_id=backbone.pad_id, checkpointer=ckpt, writer=writer)
         # -- SFT --------------------------------------------------------------------------------
         if config.algo == "sft":
             pairs = sft.read_sft_pairs(sft_data, policy)
             sft_cfg = sft.SFTConfig.from_config(config)
-            make = lambda hook: sft.make_sft_step(setup, sft_cfg, before_guard=hook)
-            step_fn = wrap_step(make)
-            return loop.run_sft(
-                setup,
-                st,
-                step_fn,
-                pairs,
-                cfg=loop_cfg,
-                length=t.sft_length,
-                pad_id=backbone.pad_id,
-                checkpointer=ckpt,
-                writer=writer,
-            )
+            step_fn = wrap_step(lambda hook: sft.make_sft_step(setup, sft_cfg, before_guard=hook))
+            return loop.run_sft(setup, st, step_fn, pairs, length=t.sft_length, **run)
         # -- RL data and rollout ---------------------------------------------------------------
-        from memr1.tuples.io import read_tuples
-
-        sampling = SamplingConfig.from_config(config, "rollout")
-        style = config.agents.style
-        if config.stage == "answer":
-            states = [rollout.answer_state_from_tuple(x) for x in read_tuples(tuples, "answer")]
-
-            def do_rollout(params, batch_states, key):
-                return rollout.answer_rollout(
-                    policy,
-                    params,
-                    batch_states,
-                    group_size=t.group_size,
-                    sampling=sampling,
-                    key=key,
-                    style=style,
-                    distill=config.agents.distill,
-                )
-        else:
-            from memr1.embed import Encoder
-
-            records = read_tuples(tuples, "manager")
-            if t.only_turns_with_qa:
-                records = [r for r in records if r.has_qa]
-            states = [rollout.manager_state_from_tuple(x) for x in records]
-            # The frozen Answer Agent answers as evaluation does (memr1.env.manager_reward).
-            answerer = load.make_policy(
-                models.answer_backbone,
-                # Each process answers over its own states' banks, on its own devices.
-                multihost.local_replica(models.answerer),
-                batch_size=config.agents.batch_size,
-                max_prompt_tokens=config.agents.max_prompt_tokens,
-                name="frozen answerer",
-            )
-            encoder = Encoder.from_dir()
-            env = RewardEnv(
-                answerer=answerer,
-                embed=encoder.encode,
-                answer=AnswerConfig.from_config(config),
-                bank=BankSpec.from_config(config),
-            )
-
-            def do_rollout(params, batch_states, key):
-                return rollout.manager_rollout(
-                    policy,
-                    params,
-                    batch_states,
-                    group_size=t.group_size,
-                    sampling=sampling,
-                    key=key,
-                    style=style,
-                    env=env,
-                )
-
+        states, do_rollout = rl_states(config, models, policy, tuples)
         if not states:
             raise ValueError(f"{tuples}: no {config.stage} tuples to train on")
         # -- update ------------------------------------------------------------------------------
@@ -323,22 +317,13 @@ def train(
         update = loop.make_rl_update(
             setup,
             config.algo,
-            grpo_cfg=grpo_cfg,
+            grpo_cfg=grpo.GRPOConfig.from_config(config),
             ppo_cfg=ppo.PPOConfig.from_config(config),
             ref_params=ref,
             wrap_step=wrap_step,
         )
         return loop.run_rl(
-            setup,
-            st,
-            update,
-            states,
-            do_rollout,
-            cfg=loop_cfg,
-            response_width=t.max_new_tokens,
-            pad_id=backbone.pad_id,
-            checkpointer=ckpt,
-            writer=writer,
+            setup, st, update, states, do_rollout, response_width=t.max_new_tokens, **run
         )
 
 

@@ -312,21 +312,8 @@ def create_train_state(
             mesh, critic_cfg, c_tx, seed, start, critic_params, rules, materialize
         )
     replicated = NamedSharding(mesh, PartitionSpec())
-    shardings = TrainState(
-        step=replicated,
-        params=p_sh,
-        opt_state=o_sh,
-        rng=replicated,
-        n_refused=replicated,
-        critic_params=c_psh,
-        critic_opt_state=c_osh,
-    )
-    scalar = jax.ShapeDtypeStruct((), jnp.int32)
-    key = jax.eval_shape(lambda: jax.random.PRNGKey(seed))
-    abstract = TrainState(scalar, p_abs, o_abs, key, scalar, c_pabs, c_oabs)
-    abstract = jax.tree.map(
-        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
-    )
+    shardings = TrainState(replicated, p_sh, o_sh, replicated, replicated, c_psh, c_osh)
+    abstract = _abstract_state(seed, (p_abs, o_abs, c_pabs, c_oabs), shardings)
     setup = TrainSetup(
         mesh=mesh,
         model_cfg=model_cfg,
@@ -352,6 +339,18 @@ def create_train_state(
         critic_opt_state=c_o,
     )
     return setup, state
+
+
+def _abstract_state(seed: int, parts: tuple, shardings: TrainState) -> TrainState:
+    """ShapeDtypeStructs of the whole state, each carrying its sharding; `parts` holds the
+    abstract (policy params, policy opt state, critic params, critic opt state)."""
+    scalar = jax.ShapeDtypeStruct((), jnp.int32)
+    key = jax.eval_shape(lambda: jax.random.PRNGKey(seed))
+    p_abs, o_abs, c_pabs, c_oabs = parts
+    abstract = TrainState(scalar, p_abs, o_abs, key, scalar, c_pabs, c_oabs)
+    return jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
+    )
 
 
 def frozen_copy(params: Any, shardings: Any, dtype: Any) -> Any:

@@ -165,6 +165,24 @@ LossFactory = Callable[
 ]
 
 
+def _apply(setup: TrainSetup, state: TrainState, trainable, frozen, grads, ok) -> TrainState:
+    """The state after one guarded update: the policy (and the critic, when grads holds its
+    gradients) step only if `ok`; the step counter always advances, n_refused when not ok."""
+    new_tr, new_opt = guarded_update(setup.tx, trainable, state.opt_state, grads[0], ok)
+    new_state = state.replace(
+        step=state.step + 1,
+        params=merge_params(new_tr, frozen),
+        opt_state=new_opt,
+        n_refused=state.n_refused + (~ok).astype(jnp.int32),
+    )
+    if len(grads) == 1:
+        return new_state
+    new_c, new_c_opt = guarded_update(
+        setup.critic_tx, state.critic_params, state.critic_opt_state, grads[1], ok
+    )
+    return new_state.replace(critic_params=new_c, critic_opt_state=new_c_opt)
+
+
 def make_step(
     setup: TrainSetup,
     *,
@@ -211,18 +229,8 @@ def make_step(
             if grads_only:
                 return loss, grads, {**metrics, **micro_metrics}
             ok = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(grads))
-            new_tr, new_opt = guarded_update(setup.tx, trainable, state.opt_state, grads[0], ok)
-            new_state = state.replace(
-                step=state.step + 1,
-                params=merge_params(new_tr, frozen),
-                opt_state=new_opt,
-                n_refused=state.n_refused + (~ok).astype(jnp.int32),
-            )
+            new_state = _apply(setup, state, trainable, frozen, grads, ok)
             if with_critic:
-                new_c, new_c_opt = guarded_update(
-                    setup.critic_tx, state.critic_params, state.critic_opt_state, grads[1], ok
-                )
-                new_state = new_state.replace(critic_params=new_c, critic_opt_state=new_c_opt)
                 metrics["critic_grad_norm"] = optax.tree.norm(grads[1])
             metrics.update(micro_metrics)
             metrics["loss"] = loss

@@ -12,7 +12,7 @@ Bank builders (``build.TupleConfig.builder``, see ``banks``):
 * ``observation``: the dataset's facts are ADDed as they are; no model. The default for both
   LoCoMo and synthloco, whose files carry per-turn observation facts.
 * ``teacher`` with a policy (a local checkpoint as ``TextPolicy``): the paper's recipe (a teacher
-  LLM, GPT-4o-mini there), run through ``pipeline.ingest``.
+  LLM, GPT-4o-mini there), run through ``env.ingest``.
 * ``teacher`` with a callable ``teacher(facts, retrieved) -> list[ManagerOp]``: a rule-based
   manager, e.g. the CPU demo's Mem0-like teacher on synthloco.
 

@@ -264,7 +264,7 @@ def build_tuples(
       dim: E.
       cfg: see TupleConfig.
       teacher: for ``cfg.builder == "teacher"``: a policy (``TextPolicy``, or any object with its
-        ``complete`` method), run through pipeline.ingest; or a callable
+        ``complete`` method), run through env.ingest; or a callable
         ``teacher(facts, retrieved) -> list[ManagerOp]``, its ops applied with
         ``ConversationMemory.apply``.
       extractor: the policy extracting facts when ``cfg.fact_source == "llm"`` (defaults to a
@@ -276,16 +276,8 @@ def build_tuples(
       The tuples, manager tuples in conversation and turn order, answer tuples in conversation
       and question order, and counts (see ``cli`` for their names).
     """
-    cfg.validate()
-    if cfg.builder == "teacher" and teacher is None:
-        raise ValueError("the teacher builder needs a teacher (a policy or a callable)")
-    if cfg.builder == "observation" and teacher is not None:
-        raise ValueError("the observation builder takes no teacher; use builder='teacher'")
-    if teacher is not None and not (_is_policy(teacher) or callable(teacher)):
-        raise TypeError(f"a teacher must be a policy or a callable, got {type(teacher).__name__}")
+    _check_inputs(conversations, cfg, teacher)
     ids = [c.sample_id for c in conversations]
-    if len(set(ids)) != len(ids):
-        raise ValueError("conversations must have distinct sample_ids")
     key = jax.random.key(0) if key is None else key
     log = log or (lambda line: None)
     if extractor is None and _is_policy(teacher):
@@ -337,7 +329,27 @@ def build_tuples(
         banks.run_direct(jobs, facts, teacher=teacher, k_per_fact=cfg.k_per_fact, **common)
     manager = [collector.manager[k] for k in sorted(collector.manager, key=_order(ids))]
     answer = [a for sample_id in ids for a in collector.answer[sample_id]]
-    counts = {
+    counts = _counts(conversations, fact_turns, with_qa, manager, answer, collector.final_sizes)
+    return TupleSet(manager=manager, answer=answer, counts=counts)
+
+
+def _check_inputs(conversations: Sequence[Conversation], cfg: TupleConfig, teacher: Any) -> None:
+    cfg.validate()
+    if cfg.builder == "teacher" and teacher is None:
+        raise ValueError("the teacher builder needs a teacher (a policy or a callable)")
+    if cfg.builder == "observation" and teacher is not None:
+        raise ValueError("the observation builder takes no teacher; use builder='teacher'")
+    if teacher is not None and not (_is_policy(teacher) or callable(teacher)):
+        raise TypeError(f"a teacher must be a policy or a callable, got {type(teacher).__name__}")
+    ids = [c.sample_id for c in conversations]
+    if len(set(ids)) != len(ids):
+        raise ValueError("conversations must have distinct sample_ids")
+
+
+def _counts(conversations, fact_turns, with_qa, manager, answer, final_sizes) -> dict:
+    """What a build wrote, for metadata.json and the CLI's summary."""
+    mean = lambda xs: float(np.mean(xs)) if xs else 0.0
+    return {
         "conversations": len(conversations),
         "turns": sum(c.num_turns for c in conversations),
         "turns_with_facts": fact_turns,
@@ -345,13 +357,10 @@ def build_tuples(
         "manager_without_qa": fact_turns - with_qa,
         "manager_written": len(manager),
         "answer": len(answer),
-        "mean_bank_size": float(np.mean([len(m.bank) for m in manager])) if manager else 0.0,
-        "mean_retrieved": float(np.mean([len(m.retrieved) for m in manager])) if manager else 0.0,
-        "mean_final_bank_size": float(np.mean(list(collector.final_sizes.values())))
-        if collector.final_sizes
-        else 0.0,
+        "mean_bank_size": mean([len(m.bank) for m in manager]),
+        "mean_retrieved": mean([len(m.retrieved) for m in manager]),
+        "mean_final_bank_size": mean(list(final_sizes.values())),
     }
-    return TupleSet(manager=manager, answer=answer, counts=counts)
 
 
 def _order(ids: list[str]):
@@ -373,6 +382,6 @@ def _check_same_view(collector: _Collector, job: banks.Job, record) -> None:
     if list(tuple_.retrieved) != [(int(i), text) for i, text in record.retrieved]:
         raise RuntimeError(
             f"{job.conv.sample_id} turn {record.dia_id}: the tuple's retrieved memories differ "
-            f"from those pipeline.ingest showed the teacher; banks.retrieve_for_facts must merge "
+            f"from those env.ingest showed the teacher; banks.retrieve_for_facts must merge "
             f"hits as ingest does"
         )

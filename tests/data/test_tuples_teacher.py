@@ -1,7 +1,7 @@
 """Smoke test of the teacher builder with a real (random, tiny) TextPolicy from the command line.
 
 A random model writes no usable op, so every turn's reply is rejected and the banks stay empty;
-what is checked is that a real policy drives pipeline.ingest end to end and the tuples are
+what is checked is that a real policy drives env.ingest end to end and the tuples are
 written, linked and counted all the same.
 """
 
