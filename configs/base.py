@@ -150,6 +150,32 @@ def judge_section() -> ml_collections.ConfigDict:
     )
 
 
+def tuples_section() -> ml_collections.ConfigDict:
+    """Building the training tuples (paper Algorithm 1, `python -m memr1.tuples`).
+
+    `window` is W, the turns before each turn t whose bank the manager tuple of t holds (-1:
+    every turn before t): the paper says 24 in its text and 50 in Algorithm 1; 50 here.
+    `builder` is "observation" (the dataset's facts ADDed as they are, no model) or "teacher"
+    (a manager policy, --hf_dir, writes the banks). `fact_source` is where a turn's facts come
+    from: "observation" (the dataset's), "turn" (the utterance) or "llm" (extracted by the
+    policy). `only_with_qa` keeps the manager tuples of turns that some question cites (what the
+    paper trains on). `jobs_per_batch` is how many windows a policy teacher builds side by side.
+    The rest is shared with evaluation: the banks take the `memory` section's capacity, text
+    bytes and log (a full bank raises rather than evict, and is searched exactly), the views
+    its k_per_fact and k_per_speaker, and a teacher or extractor the `agents` section's style,
+    temperature and token budgets.
+    """
+    return ml_collections.ConfigDict(
+        {
+            "builder": "observation",
+            "window": 50,
+            "fact_source": "observation",
+            "only_with_qa": True,
+            "jobs_per_batch": 32,
+        }
+    )
+
+
 def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
     """Training of one agent (paper: actor lr 1e-6 with warmup, critic 1e-5, temperature 1.0).
 

@@ -63,6 +63,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.memory = base.memory_section()
     config.agents = base.agents_section()
     config.judge = base.judge_section()
+    config.tuples = base.tuples_section()
     config.train = base.train_section(str(v["stage"]), str(v["algo"]))
     if small:
         # Tiny models see short prompts: the compact prompt style and few memories.

@@ -128,11 +128,12 @@ stage_tuples() {
   local extra=()
   if [[ -n ${MEMR1_TEACHER_HF_DIR:-} ]]; then
     need_path MEMR1_TEACHER_HF_DIR "a local HF checkpoint of the teacher manager"
-    extra=(--builder teacher --hf_dir "$MEMR1_TEACHER_HF_DIR")
+    extra=(--config.tuples.builder=teacher --hf_dir "$MEMR1_TEACHER_HF_DIR")
   fi
-  # Memory-R1's train split: conversation conv-26 of a 1:1:8 split by conversation.
-  run tuples "$PY" -m memr1.tuples --dataset locomo --path "$MEMR1_LOCOMO" \
-    --split train --ratios 1:1:8 "${extra[@]}" --out "$TUPLES"
+  # Memory-R1's train split: conversation conv-26 of the config's 1:1:8 split by conversation.
+  run tuples "$PY" -m memr1.tuples \
+    --config "$REPO/configs/memr1.py:backbone=$BACKBONE,dataset=locomo" \
+    --config.data.path="$MEMR1_LOCOMO" --config.data.split=train "${extra[@]}" --out "$TUPLES"
 }
 
 # train STAGE WORKDIR [FLAGS...]: one agent, resumed from its checkpoints, marked DONE at the end.

@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from memr1.data.errors import DataError
 from memr1.env import load, outputs, setup, systems
+from memr1.env.memory_store import BankSpec
 from memr1.env.policy import SamplingConfig
 from memr1.eval.judge import LocomoJudge
 from memr1.eval.judge_backends import CallableBackend, OpenAICompatibleBackend
@@ -55,6 +56,10 @@ def _agent_params(backbone, path):
     return restore_params(path, backbone.params)
 
 
+# The local judge's replies: greedy, up to a verdict's length (not an agent of the config).
+JUDGE_SAMPLING = SamplingConfig(temperature=0.0, max_new_tokens=128)
+
+
 def judge_backend(config, backbone):
     """The LLM judge of `config.judge` (None for kind "none")."""
     kind = config.judge.kind
@@ -69,7 +74,7 @@ def judge_backend(config, backbone):
 
         def complete(prompts):
             chats = [[{"role": "user", "content": p}] for p in prompts]
-            done = policy.complete(chats, SamplingConfig(max_new_tokens=128), key=jax.random.key(0))
+            done = policy.complete(chats, JUDGE_SAMPLING, key=jax.random.key(0))
             return [samples[0].text for samples in done]
 
         return CallableBackend(complete, name="local")
@@ -141,8 +146,7 @@ def evaluate(config, *, hf_dir, manager_ckpt, answer_ckpt, embed_dir, workdir, o
         )
 
     encoder = Encoder.from_dir(embed_dir)
-    ingest_cfg, answer_cfg = setup.ingest_and_answer_configs(config)
-    spec = systems.system_spec(config.system, ingest_cfg, answer_cfg)
+    spec = systems.SystemSpec.from_config(config)
     questions = len(systems.questions_of(conversations, config.data.max_questions))
     total = sum(c.num_turns for c in conversations) + questions
     with tqdm(total=total, desc=f"{config.system}", unit="item", dynamic_ncols=True) as bar:
@@ -151,7 +155,7 @@ def evaluate(config, *, hf_dir, manager_ckpt, answer_ckpt, embed_dir, workdir, o
             conversations,
             embed=encoder.encode,
             dim=encoder.dim,
-            bank=setup.bank_spec(config.memory),
+            bank=BankSpec.from_config(config),
             manager=policy(manager_params, "manager"),
             answerer=policy(answer_params, "answer"),
             extractor=policy(None, "extractor"),

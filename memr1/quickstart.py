@@ -30,6 +30,75 @@ def _run(args: list[str], env: dict) -> None:
     subprocess.run([sys.executable, *args], cwd=ROOT, env=env, check=True)
 
 
+TOKENIZER_CODE = (
+    "import sys; from memr1.data.locomo import load_locomo; "
+    "from memr1.models.tokenizer_train import train_bpe_tokenizer; "
+    "c = load_locomo(sys.argv[1]); "
+    "train_bpe_tokenizer([t.text for x in c for t in x.iter_turns()], sys.argv[2], "
+    "vocab_size=600)"
+)
+OUTPUTS = (
+    "synth",
+    "tokenizer",
+    "tuples",
+    "answer/logs",
+    "manager/logs",
+    "eval-locomo_rag/results.md",
+    "eval-memory_r1/results.md",
+)
+
+
+def commands(w: Path, steps: int, seed: int) -> list[list[str]]:
+    """The quickstart's command lines (arguments of `python`), in order, writing under `w`."""
+    data, tok, tuples = w / "synth", w / "tokenizer", w / "tuples"
+    synth = ["-m", "memr1.data.synthloco.generate", "--out", str(data), "--preset", "tiny"]
+    out = [
+        [*synth, "--seed", str(seed)],
+        ["-c", TOKENIZER_CODE, str(data / "train.json"), str(tok)],
+        [
+            "-m",
+            "memr1.tuples",
+            "--config",
+            "configs/memr1.py:dataset=synthloco,runlocal",
+            f"--config.data.path={data / 'train.json'}",
+            "--out",
+            str(tuples),
+        ],
+    ]
+    common = [
+        f"--config.tokenizer_dir={tok}",
+        f"--config.train.steps={steps}",
+        f"--config.seed={seed}",
+        f"--tuples={tuples}",
+    ]
+    train = ["-m", "memr1.train", "--config"]
+    out.append([*train, "configs/memr1.py:stage=answer,algo=grpo,runlocal", *common,
+                f"--workdir={w / 'answer'}"])  # fmt: skip
+    out.append([*train, "configs/memr1.py:stage=manager,algo=grpo,runlocal", *common,
+                "--config.train.max_new_tokens=24",
+                f"--answer_checkpoint={w / 'answer' / 'checkpoints'}",
+                f"--workdir={w / 'manager'}"])  # fmt: skip
+    for system in ("locomo_rag", "memory_r1"):
+        out.append(
+            [
+                "-m",
+                "memr1.evaluate",
+                "--config",
+                f"configs/memr1.py:system={system},runlocal",
+                f"--config.data.path={data / 'test.json'}",
+                f"--config.data.gold_ops={data / 'gold_ops.json'}",
+                f"--config.tokenizer_dir={tok}",
+                "--config.memory.retriever=exact_numpy",
+                "--config.agents.manager_max_new_tokens=24",
+                "--config.agents.answer_max_new_tokens=12",
+                f"--manager_checkpoint={w / 'manager' / 'checkpoints'}",
+                f"--answer_checkpoint={w / 'answer' / 'checkpoints'}",
+                f"--workdir={w / ('eval-' + system)}",
+            ]
+        )
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=ROOT / "work" / "quickstart")
@@ -45,102 +114,10 @@ def main(argv=None) -> int:
     env = {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}
     env["HF_HUB_OFFLINE"] = "1"
     start = time.time()
-    data, tok, tuples = w / "synth", w / "tokenizer", w / "tuples"
-    _run(
-        [
-            "-m",
-            "memr1.data.synthloco.generate",
-            "--out",
-            str(data),
-            "--preset",
-            "tiny",
-            "--seed",
-            str(args.seed),
-        ],
-        env,
-    )
-    code = (
-        "import sys; from memr1.data.locomo import load_locomo; "
-        "from memr1.models.tokenizer_train import train_bpe_tokenizer; "
-        "c = load_locomo(sys.argv[1]); "
-        "train_bpe_tokenizer([t.text for x in c for t in x.iter_turns()], sys.argv[2], "
-        "vocab_size=600)"
-    )
-    _run(["-c", code, str(data / "train.json"), str(tok)], env)
-    _run(
-        [
-            "-m",
-            "memr1.tuples",
-            "--dataset",
-            "synthloco",
-            "--path",
-            str(data / "train.json"),
-            "--k_per_speaker",
-            "5",
-            "--out",
-            str(tuples),
-        ],
-        env,
-    )
-    common = [
-        f"--config.tokenizer_dir={tok}",
-        f"--config.train.steps={args.steps}",
-        f"--config.seed={args.seed}",
-        f"--tuples={tuples}",
-    ]
-    _run(
-        [
-            "-m",
-            "memr1.train",
-            "--config",
-            "configs/memr1.py:stage=answer,algo=grpo,runlocal",
-            *common,
-            f"--workdir={w / 'answer'}",
-        ],
-        env,
-    )
-    _run(
-        [
-            "-m",
-            "memr1.train",
-            "--config",
-            "configs/memr1.py:stage=manager,algo=grpo,runlocal",
-            *common,
-            "--config.train.max_new_tokens=24",
-            f"--answer_checkpoint={w / 'answer' / 'checkpoints'}",
-            f"--workdir={w / 'manager'}",
-        ],
-        env,
-    )
-    for system in ("locomo_rag", "memory_r1"):
-        _run(
-            [
-                "-m",
-                "memr1.evaluate",
-                "--config",
-                f"configs/memr1.py:system={system},runlocal",
-                f"--config.data.path={data / 'test.json'}",
-                f"--config.data.gold_ops={data / 'gold_ops.json'}",
-                f"--config.tokenizer_dir={tok}",
-                "--config.memory.retriever=exact_numpy",
-                "--config.agents.manager_max_new_tokens=24",
-                "--config.agents.answer_max_new_tokens=12",
-                f"--manager_checkpoint={w / 'manager' / 'checkpoints'}",
-                f"--answer_checkpoint={w / 'answer' / 'checkpoints'}",
-                f"--workdir={w / ('eval-' + system)}",
-            ],
-            env,
-        )
+    for args_ in commands(w, args.steps, args.seed):
+        _run(args_, env)
     print(f"\nquickstart finished in {time.time() - start:.0f} s. Outputs:")
-    for name in (
-        "synth",
-        "tokenizer",
-        "tuples",
-        "answer/logs",
-        "manager/logs",
-        "eval-locomo_rag/results.md",
-        "eval-memory_r1/results.md",
-    ):
+    for name in OUTPUTS:
         print(f"  {w / name}")
     print(f"Inspect a bank: python tools/inspect_bank.py {w / 'eval-memory_r1'}")
     return 0

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from memr1.data.errors import write_json_atomic, write_text_atomic
+from memr1.atomic import write_json_atomic, write_text_atomic
 from memr1.data.locomo import format_locomo_date
 from memr1.data.longmemeval import QUESTION_TYPES, format_longmemeval_date
 

@@ -137,7 +137,7 @@ def main(argv=None) -> int:
 
     import jax
 
-    from memr1.data.errors import write_json_atomic
+    from memr1.atomic import write_json_atomic
     from memr1.models.config import get_size
 
     chunk = args.chunk or get_size(args.size).attention_chunk

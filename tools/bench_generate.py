@@ -342,10 +342,9 @@ def main(argv=None) -> int:
         print(json.dumps(report["rows"][-1], default=float), flush=True)
     print_table(report)
     if args.json:
-        # Written beside the target and renamed, so a crash never leaves half a report.
-        tmp = args.json.with_name(args.json.name + ".tmp")
-        tmp.write_text(json.dumps(report, indent=1, default=float))
-        os.replace(tmp, args.json)
+        from memr1.atomic import write_json_atomic
+
+        write_json_atomic(args.json, report, indent=1, default=float)
     return 0
 
 

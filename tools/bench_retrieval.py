@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib
 import json
 import os
 import platform
@@ -24,8 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the tools/ modules imported below
+
+import bench_memory
+import retrieval_timing as rb
+
+from memr1.atomic import write_json_atomic
 from memr1.retrieval import ScannConfig
-from memr1.retrieval import bench as rb
 
 NAMES = "Caroline Melanie Jon Gina John Maria Andrew Audrey Tim Joanna Nate Evan".split()
 DOINGS = [
@@ -199,16 +203,8 @@ def embedding_throughput(args, rng, encoder) -> dict:
 
 
 def memory_bank_ops() -> dict:
-    """The memory-bank op throughput, when memr1.memory.bench provides it."""
-    try:
-        mod = importlib.import_module("memr1.memory.bench")
-    except ImportError as err:
-        return {"skipped": f"memr1.memory.bench not importable ({err})"}
-    for name in ("bench_bank_ops", "run_benchmark", "bench"):
-        fn = getattr(mod, name, None)
-        if callable(fn):
-            return {"function": name, "result": fn()}
-    return {"skipped": "memr1.memory.bench has no bench_bank_ops/run_benchmark/bench function"}
+    """The memory-bank op throughput (tools/bench_memory.py at its default sizes)."""
+    return {"function": "bench_bank_ops", "result": bench_memory.bench_bank_ops()}
 
 
 def print_table(report: dict) -> None:
@@ -257,12 +253,9 @@ def main(argv=None) -> int:
     report["args"] = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
 
     def save() -> None:
-        # Saved after every stage, through a temporary name and a rename, so an interrupted
-        # run keeps what it measured and never leaves half a file.
+        # Saved after every stage, so an interrupted run keeps what it measured.
         if args.json:
-            tmp = args.json.with_name(args.json.name + ".tmp")
-            tmp.write_text(json.dumps(report, indent=1, default=float))
-            os.replace(tmp, args.json)
+            write_json_atomic(args.json, report, indent=1, default=float)
 
     t0 = time.perf_counter()
     report["retrieval"] = retrieval_rows(args, rng)

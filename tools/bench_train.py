@@ -317,10 +317,9 @@ def main(argv=None) -> int:
         status = 0 if report["loss_check"]["ok"] else 1
     print_report(report)
     if args.json:
-        # Written beside the target and renamed, so a crash never leaves half a report.
-        tmp = args.json.with_name(args.json.name + ".tmp")
-        tmp.write_text(json.dumps(report, indent=1, default=float))
-        os.replace(tmp, args.json)
+        from memr1.atomic import write_json_atomic
+
+        write_json_atomic(args.json, report, indent=1, default=float)
     if status:
         print("error: the two steps disagree on the first step; the timings are not comparable")
     return status

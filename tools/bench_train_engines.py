@@ -30,12 +30,16 @@ class JaxEngine:
         from memr1.train.update import shard_batch
 
         self.n_params, self.state, self.peak_fn = n_params, state, peak_fn
-        shared = dict(prompt_group=args.group, response_width=args.length - args.prompt)
+        # The loss the PyTorch side computes: k3 KL, log-probs at temperature 1, one micro-batch.
         cfg = GRPOConfig(
             clip_eps=args.clip_eps,
             kl_beta=args.kl_beta,
+            kl_estimator="k3",
+            temperature=1.0,
+            n_micro=1,
+            prompt_group=args.group if args.shared_prompt else 1,
+            response_width=args.length - args.prompt if args.shared_prompt else 0,
             logprob_chunk=args.logprob_chunk,
-            **(shared if args.shared_prompt else {}),
         )
         step = make_grpo_step(setup, cfg)
         self.batch = shard_batch(setup, batch)

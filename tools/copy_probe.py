@@ -25,7 +25,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 from experiments.cpu_demo.config import get_config
 from experiments.cpu_demo.probe import AGENTS, probe_checkpoint
 from experiments.cpu_demo.run import SeedRun, check_seed_dir
-from memr1.data.errors import write_json_atomic
+from memr1.atomic import write_json_atomic
 
 
 def main(argv=None) -> int:

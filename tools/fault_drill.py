@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from memr1.data.errors import write_json_atomic
+from memr1.atomic import write_json_atomic
 from memr1.drill import parts
 
 PARTS = ("train", "bank", "nonfinite", "settings")

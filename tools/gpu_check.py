@@ -354,7 +354,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))  # the checkout's memr1, as the benches get it
-    from memr1.data.errors import write_json_atomic
+    from memr1.atomic import write_json_atomic
 
     try:
         gpus = [] if args.dry_run else find_gpu()

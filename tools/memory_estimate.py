@@ -54,11 +54,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
-import os
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # configs/, as a script
 
 GIB = 2**30
 # Device memory as nvidia-smi reports it (MiB) for the 141 GB H200 and the 80 GB H100.
@@ -124,20 +124,25 @@ def abstract_state(size: str, param_dtype: str, lora_rank: int = 0):
     import jax
     from flax import nnx
 
+    from configs import memr1 as memr1_config
     from memr1.models.config import get_size
     from memr1.models.transformer import abstract_model
     from memr1.train import lora
     from memr1.train.state import OptimConfig, make_optimizer
 
+    # The trainer's settings: LoRA on the config's modules (train.lora_module_path), and its
+    # AdamW (whose state's shapes do not depend on the learning rate).
+    config = memr1_config.get_config()
+    config.train.update(lora_rank=lora_rank, lora_alpha=2.0 * lora_rank)
     cfg = get_size(size, param_dtype=param_dtype)
     if lora_rank:
-        module_fn = lora.module_fn(cfg, lora.LoraConfig(lora_rank, 2.0 * lora_rank))
+        module_fn = lora.module_fn(cfg, lora.LoraConfig.from_config(config))
         _, params = nnx.split(nnx.eval_shape(module_fn))
         trainable = nnx.state(params, nnx.LoRAParam)
     else:
         _, params = abstract_model(cfg)
         trainable = params
-    opt = jax.eval_shape(make_optimizer(OptimConfig()).init, trainable)
+    opt = jax.eval_shape(make_optimizer(OptimConfig.from_config(config)).init, trainable)
     return cfg, params, trainable, opt
 
 
@@ -339,10 +344,9 @@ def main(argv: list[str] | None = None) -> int:
         "rollout = decode + KV cache + prefill"
     )
     if args.json:
-        # Written under a temporary name and renamed, so a reader never sees half a file.
-        tmp = args.json.with_name(f".{args.json.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(rows, indent=1) + "\n")
-        tmp.replace(args.json)
+        from memr1.atomic import write_json_atomic
+
+        write_json_atomic(args.json, rows, indent=1)
     return 0
 
 

@@ -10,11 +10,10 @@ published checkpoint (tiny) show "-" in the published and match columns.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 from pathlib import Path
 
+from memr1.atomic import write_json_atomic
 from memr1.models.config import PUBLISHED_PARAM_COUNTS, SIZES
 from memr1.models.transformer import abstract_model, count_params
 
@@ -76,10 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     records = rows()
     print(format_table(records))
     if args.json is not None:
-        # Written under a temporary name and renamed, so a reader never sees half a file.
-        tmp = args.json.with_name(f".{args.json.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(records, indent=2) + "\n")
-        tmp.replace(args.json)
+        write_json_atomic(args.json, records)
     # A mismatch is a bug in the model or the size table: fail loudly for scripts and CI.
     return 1 if any(r["match"] is False for r in records) else 0
 

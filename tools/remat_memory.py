@@ -13,9 +13,11 @@ rows x length x d_model x 4 bytes; its weights (float32) come back as a gradient
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # configs/, as a script
 
 SETTINGS = {
     "loop": {},
@@ -31,11 +33,16 @@ def sft_temp_bytes(cfg, rows: int, length: int, chunk: int = 128) -> int:
     import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec
 
+    from configs import memr1 as memr1_config
     from memr1.train import mesh, sft, state
 
+    # The SFT step of the default config (one micro-batch), nothing allocated.
+    config = memr1_config.get_config("algo=sft")
     m = mesh.build_mesh(1, 1, 1, model_cfgs=[cfg])
-    setup, _ = state.create_train_state(m, cfg, state.OptimConfig(), materialize=False)
-    step = sft.make_sft_step(setup, sft.SFTConfig(logprob_chunk=chunk))
+    optim = state.OptimConfig.from_config(config)
+    setup, _ = state.create_train_state(m, cfg, optim, materialize=False)
+    step_cfg = dataclasses.replace(sft.SFTConfig.from_config(config), logprob_chunk=chunk)
+    step = sft.make_sft_step(setup, step_cfg)
     sharding = NamedSharding(m, PartitionSpec())
     batch = {
         name: jax.ShapeDtypeStruct((rows, length), dtype, sharding=sharding)
@@ -95,9 +102,9 @@ def main(argv=None) -> int:
     print(f"one layer's input [B, T, D] in float32: {mib(residual):,.1f} MiB")
     print(f"one layer's weights in float32: {mib(layer):,.1f} MiB")
     if args.json:
-        tmp = args.json.with_name(args.json.name + ".tmp")
-        tmp.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "rows": rows}))
-        tmp.replace(args.json)
+        from memr1.atomic import write_json_atomic
+
+        write_json_atomic(args.json, {"args": vars(args) | {"json": str(args.json)}, "rows": rows})
     return 0
 
 

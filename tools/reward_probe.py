@@ -29,7 +29,7 @@ from experiments.cpu_demo.answer_teacher import RuleReader
 from experiments.cpu_demo.config import get_config
 from experiments.cpu_demo.reward_probe import BEHAVIOURS, checkpoint_answerer, probe_seed
 from experiments.cpu_demo.run import SeedRun, check_seed_dir
-from memr1.data.errors import write_json_atomic
+from memr1.atomic import write_json_atomic
 
 # Checkpoint folders of the answerers a seed folder holds; "rules" needs none.
 ANSWERERS = {"rl": "answer_{algo}", "sft": "sft", "rules": None}

@@ -141,14 +141,15 @@ def reward_env(seed_run, answerer):
     """The manager stage's reward settings of a demo seed (its own config), through
     ``answerer``."""
     from experiments.cpu_demo.commands import load_config, stage_overrides
+    from memr1.env.answer import AnswerConfig
     from memr1.env.manager_reward import RewardEnv
-    from memr1.env.setup import bank_spec, ingest_and_answer_configs
+    from memr1.env.memory_store import BankSpec
 
     overrides = stage_overrides(seed_run.c, seed_run.seed, stage="manager", algo=seed_run.algo)
     config = load_config(f"stage=manager,algo={seed_run.algo},runlocal", overrides)
     return RewardEnv(
         answerer=answerer,
         embed=seed_run.encoder().encode,
-        answer=ingest_and_answer_configs(config)[1],
-        bank=bank_spec(config.memory),
+        answer=AnswerConfig.from_config(config),
+        bank=BankSpec.from_config(config),
     )

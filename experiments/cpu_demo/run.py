@@ -116,20 +116,18 @@ class SeedRun:
     def teacher_tuples(self, split: str, teacher: MemZeroLikeTeacher | None = None):
         """The manager and answer tuples of a split, its banks built by ``teacher`` (the
         Mem0-like manager teacher by default)."""
-        from memr1.env.memory_store import BankSpec
         from memr1.tuples.build import TupleConfig, build_tuples
 
         enc = self.encoder()
-        cfg = TupleConfig(
-            builder="teacher",
-            window=-1,
-            k_per_fact=self.c.memory.k_per_fact,
-            k_per_speaker=self.c.memory.k_per_speaker,
-            only_with_qa=False,
-            bank=BankSpec(
-                capacity=self.c.memory.capacity, overflow="raise", retriever=self.c.memory.retriever
-            ),
-        )
+        overrides = {
+            "tuples.builder": "teacher",
+            "tuples.window": -1,
+            "tuples.only_with_qa": False,
+            "memory.k_per_fact": self.c.memory.k_per_fact,
+            "memory.k_per_speaker": self.c.memory.k_per_speaker,
+            "memory.capacity": self.c.memory.capacity,
+        }
+        cfg = TupleConfig.from_config(load_config("dataset=synthloco,runlocal", overrides))
         return build_tuples(
             self.conversations(split),
             embed=enc.encode,

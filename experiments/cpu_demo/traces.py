@@ -30,6 +30,7 @@ from typing import Any
 
 from experiments.cpu_demo.answer_teacher import CarelessAnswerTeacher
 from experiments.cpu_demo.teacher import MemZeroLikeTeacher
+from memr1.atomic import atomic_file
 from memr1.env.manager_io import ADD, ManagerOp, format_manager_output, render_manager_input
 from memr1.env.prompts import to_prompt_text
 from memr1.tuples.schema import AnswerTuple, ManagerTuple
@@ -87,16 +88,9 @@ def answer_rows(
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict[str, Any]]) -> Path:
     """Writes rows as JSONL under a temporary name, then renames it into place."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_file(path) as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
     return path
 
 

@@ -1,4 +1,4 @@
-"""Errors for bad dataset files, and the checked JSON reading and writing that raises them.
+"""Errors for bad dataset files, and the checked JSON reading that raises them.
 
 Every loader reports a problem as a :class:`DataError` that names the file, the sample (record) and
 the field, so that a user with a 3 MB JSON file can go straight to the broken spot. The helpers
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -152,38 +151,3 @@ def read_json_records(path: str | os.PathLike) -> list[Any]:
         except RecursionError as err:
             raise DataError(path, f"line {lineno}", "<record>", "JSON nested too deeply") from err
     return records
-
-
-def _current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Writes ``text`` to ``path`` through a temporary file in the same folder and a rename.
-
-    A reader (or a crash) therefore sees either the old file or the complete new one, never a
-    half-written file.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        # mkstemp creates the file 0600; give it the permissions a plain open() would have.
-        os.chmod(tmp, 0o666 & ~_current_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
-
-
-def write_json_atomic(path: str | os.PathLike, value: Any, *, indent: int | None = 2) -> Path:
-    """Serialises ``value`` as UTF-8 JSON and writes it atomically (see ``write_text_atomic``)."""
-    return write_text_atomic(path, json.dumps(value, ensure_ascii=False, indent=indent) + "\n")

@@ -20,8 +20,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from memr1.atomic import write_json_atomic
 from memr1.data.categories import ADVERSARIAL, VALID_CATEGORIES
-from memr1.data.errors import DataError, Where, read_json, write_json_atomic
+from memr1.data.errors import DataError, Where, read_json
 from memr1.data.records import QA, Conversation, Observation, Session, Turn
 
 SOURCE = "locomo"

@@ -19,8 +19,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from memr1.atomic import write_json_atomic
 from memr1.data.categories import LABELLINGS, category_name
-from memr1.data.errors import DataError, write_json_atomic
+from memr1.data.errors import DataError
 from memr1.data.locomo import load_locomo
 from memr1.data.longmemeval import load_longmemeval
 from memr1.data.msc import load_msc

@@ -19,10 +19,21 @@ from memr1.eval.metrics import score_answer
 
 @dataclasses.dataclass(frozen=True)
 class AnswerConfig:
-    k_per_speaker: int = 30  # the paper: 30 per speaker, 60 in all
-    distill: bool = True  # False: the no-distillation ablation
-    style: str = "full"
-    sampling: SamplingConfig = SamplingConfig(max_new_tokens=256)
+    """The Answer Agent's settings, from the config (`from_config`)."""
+
+    k_per_speaker: int  # memory.k_per_speaker (the paper: 30 per speaker, 60 in all)
+    distill: bool  # agents.distill; False: the no-distillation ablation
+    style: str  # agents.style
+    sampling: SamplingConfig  # agents.temperature, agents.answer_max_new_tokens
+
+    @classmethod
+    def from_config(cls, config) -> AnswerConfig:
+        return cls(
+            k_per_speaker=config.memory.k_per_speaker,
+            distill=config.agents.distill,
+            style=config.agents.style,
+            sampling=SamplingConfig.from_config(config, "answer"),
+        )
 
 
 @dataclasses.dataclass

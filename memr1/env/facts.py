@@ -80,7 +80,9 @@ def extract_facts(
         )
     stats = stats or StageStats()
     with stats.time("extraction", items=len(chats)):
-        completions = policy.complete(chats, sampling or SamplingConfig(), key=key)
+        if sampling is None:
+            raise ValueError("the 'llm' fact source needs the extractor's sampling settings")
+        completions = policy.complete(chats, sampling, key=key)
     facts = []
     for (sample,) in completions:
         stats.add_tokens("extraction", len(sample.ids))

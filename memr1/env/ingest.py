@@ -23,12 +23,25 @@ from memr1.env.stats import StageStats
 
 @dataclasses.dataclass(frozen=True)
 class IngestConfig:
-    fact_source: str = "observation"  # "observation" | "llm" | "turn"
+    """Memory construction's settings, from the config (`from_config`); `use_manager` is the
+    system's (`memr1.env.systems.system_spec`)."""
+
+    fact_source: str  # memory.fact_source: "observation" | "llm" | "turn"
+    k_per_fact: int  # memory.k_per_fact: memories retrieved per new fact for the manager
+    style: str  # agents.style
+    extract_sampling: SamplingConfig  # agents.temperature, agents.extract_max_new_tokens
+    manager_sampling: SamplingConfig  # agents.temperature, agents.manager_max_new_tokens
     use_manager: bool = True  # False: every fact is ADDed as is (LoCoMo-RAG)
-    k_per_fact: int = 5  # memories retrieved per new fact for the manager
-    style: str = "full"
-    extract_sampling: SamplingConfig = SamplingConfig(max_new_tokens=256)
-    manager_sampling: SamplingConfig = SamplingConfig(max_new_tokens=512)
+
+    @classmethod
+    def from_config(cls, config) -> IngestConfig:
+        return cls(
+            fact_source=config.memory.fact_source,
+            k_per_fact=config.memory.k_per_fact,
+            style=config.agents.style,
+            extract_sampling=SamplingConfig.from_config(config, "extract"),
+            manager_sampling=SamplingConfig.from_config(config, "manager"),
+        )
 
 
 @dataclasses.dataclass

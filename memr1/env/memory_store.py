@@ -45,11 +45,25 @@ class Hit:
 
 @dataclasses.dataclass(frozen=True)
 class BankSpec:
-    capacity: int = 1024
-    text_bytes: int = 512
-    log_capacity: int = 4096
-    overflow: str = "evict_oldest"
-    retriever: str = "scann"
+    """A conversation bank's rows, text bytes, op log, overflow policy and retriever: the
+    config's memory section (`from_config`)."""
+
+    capacity: int
+    text_bytes: int
+    log_capacity: int
+    overflow: str
+    retriever: str
+
+    @classmethod
+    def from_config(cls, config) -> BankSpec:
+        m = config.memory
+        return cls(
+            capacity=m.capacity,
+            text_bytes=m.text_bytes,
+            log_capacity=m.log_capacity,
+            overflow=m.overflow,
+            retriever=m.retriever,
+        )
 
 
 # The op log stores a turn as one sortable integer: session * TURN_BASE + index (both 1-based).

@@ -14,13 +14,12 @@ import dataclasses
 import datetime
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from memr1 import memory as mem
+from memr1.atomic import atomic_dir
 from memr1.data.records import NO_CATEGORY
 from memr1.env.systems import RunOutput
 from memr1.eval import op_accuracy
@@ -137,9 +136,7 @@ def write_run(
     workdir = Path(workdir).absolute()
     if workdir.exists() and any(workdir.iterdir()) and not overwrite:
         raise FileExistsError(f"{workdir} exists and is not empty (pass overwrite to replace it)")
-    workdir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{workdir.name}.partial-", dir=workdir.parent))
-    try:
+    with atomic_dir(workdir) as tmp:
         results = results_dict(run, meta, judge_scores, gold_ops)
         (tmp / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False))
         (tmp / "results.md").write_text(results_markdown(results))
@@ -164,15 +161,4 @@ def write_run(
                 "growth": mem.growth_stats(memory.bank),
             }
             (banks / f"{safe}.json").write_text(json.dumps(view, indent=1, ensure_ascii=False))
-        tmp.chmod(0o755)
-        if workdir.exists():
-            old = workdir.with_name(f".{workdir.name}.old-{os.getpid()}")
-            os.replace(workdir, old)
-            os.replace(tmp, workdir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, workdir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return results

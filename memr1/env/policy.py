@@ -38,10 +38,31 @@ class Completion:
 
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
-    temperature: float = 0.0
+    """How one agent samples. `temperature` and `max_new_tokens` come from the config
+    (`from_config`); top-k / top-p are not configured (None: off)."""
+
+    temperature: float
+    max_new_tokens: int
     top_k: int | None = None
     top_p: float | None = None
-    max_new_tokens: int = 128
+
+    @classmethod
+    def from_config(cls, config, use: str) -> SamplingConfig:
+        """How `use` samples: "extract", "manager" or "answer" (an agent of the memory
+        pipeline, at agents.temperature within agents.<use>_max_new_tokens), or "rollout" (the
+        policy being trained, at train.temperature within train.max_new_tokens)."""
+        if use == "rollout":
+            t = config.train
+            return cls(temperature=t.temperature, max_new_tokens=t.max_new_tokens)
+        a = config.agents
+        budgets = {
+            "extract": a.extract_max_new_tokens,
+            "manager": a.manager_max_new_tokens,
+            "answer": a.answer_max_new_tokens,
+        }
+        if use not in budgets:
+            raise ValueError(f"sampling use {use!r}: expected rollout or one of {list(budgets)}")
+        return cls(temperature=a.temperature, max_new_tokens=budgets[use])
 
 
 class TextPolicy:

@@ -1,6 +1,9 @@
-"""From a config to a runnable system: data, backbone, encoder, policies and specs.
+"""From a config to a runnable system: its conversations and gold operations, and the memory
+settings refused before anything is loaded.
 
-Shared by the evaluation CLI and the demo, so both run exactly the same code path.
+Shared by the evaluation CLI, the train CLI and the demo, so all run exactly the same code path.
+The agents' own settings are built by their `from_config` (`memr1.env.answer.AnswerConfig`,
+`memr1.env.ingest.IngestConfig`, `memr1.env.memory_store.BankSpec`, `memr1.env.systems`).
 """
 
 from __future__ import annotations
@@ -14,12 +17,9 @@ from memr1.data.locomo import load_locomo
 from memr1.data.longmemeval import load_longmemeval
 from memr1.data.msc import load_msc
 from memr1.data.records import Conversation
+from memr1.data.source import parse_source
 from memr1.data.split import parse_ratios, split_conversations
-from memr1.env.answer import AnswerConfig
 from memr1.env.facts import FACT_SOURCES
-from memr1.env.ingest import IngestConfig
-from memr1.env.memory_store import BankSpec
-from memr1.env.policy import SamplingConfig
 from memr1.memory.bank import OVERFLOW_POLICIES
 from memr1.retrieval import BACKENDS
 
@@ -32,12 +32,24 @@ LOADERS = {
 
 
 def load_conversations(data: Any) -> list[Conversation]:
-    """The conversations of `data.split` (see configs/base.py `data_section`)."""
+    """The conversations of `data.split` (see configs/base.py `data_section`).
+
+    `data.path` is the dataset's file or folder, or a dataset built by `python -m memr1.data.tfds`
+    written `tfds:DATA_DIR[:SPLIT]` (`memr1.data.source`): its stored split, by default `full`,
+    is read through `tfds.data_source` and then split like the file, so both give the same
+    conversations.
+    """
     if not data.path:
         raise ValueError("config data.path is not set: give the dataset file (--config.data.path)")
     if data.kind not in LOADERS:
         raise ValueError(f"unknown dataset kind {data.kind!r}; expected one of {sorted(LOADERS)}")
-    conversations = LOADERS[data.kind](data.path)
+    tfds_source = parse_source(data.path)
+    if tfds_source is None:
+        conversations = LOADERS[data.kind](data.path)
+    else:
+        from memr1.data.tfds.read import read_conversations  # TFDS is imported only when used
+
+        conversations = read_conversations(data.kind, tfds_source.data_dir, tfds_source.split)
     dropped = tuple(int(c) for c in str(data.drop_categories).split(",") if c.strip())
     if data.split == "all":
         parts = split_conversations(conversations, (1,), names=("all",), dropped_categories=dropped)
@@ -92,35 +104,3 @@ def check_memory_config(memory: Any) -> None:
     ]:
         if memory[name] not in allowed:
             raise ValueError(f"config memory.{name}={memory[name]!r}: expected one of {allowed}")
-
-
-def bank_spec(memory: Any) -> BankSpec:
-    return BankSpec(
-        capacity=memory.capacity,
-        text_bytes=memory.text_bytes,
-        log_capacity=memory.log_capacity,
-        overflow=memory.overflow,
-        retriever=memory.retriever,
-    )
-
-
-def ingest_and_answer_configs(config: Any) -> tuple[IngestConfig, AnswerConfig]:
-    a, m = config.agents, config.memory
-
-    def sampling(n):
-        return SamplingConfig(temperature=a.temperature, max_new_tokens=n)
-
-    ingest_cfg = IngestConfig(
-        fact_source=m.fact_source,
-        k_per_fact=m.k_per_fact,
-        style=a.style,
-        extract_sampling=sampling(a.extract_max_new_tokens),
-        manager_sampling=sampling(a.manager_max_new_tokens),
-    )
-    answer_cfg = AnswerConfig(
-        k_per_speaker=m.k_per_speaker,
-        distill=a.distill,
-        style=a.style,
-        sampling=sampling(a.answer_max_new_tokens),
-    )
-    return ingest_cfg, answer_cfg

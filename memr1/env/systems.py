@@ -32,6 +32,12 @@ class SystemSpec:
     ingest: IngestConfig
     answer: AnswerConfig
 
+    @classmethod
+    def from_config(cls, config) -> SystemSpec:
+        """System `config.system` with the config's ingest and answer settings."""
+        ingest_cfg = IngestConfig.from_config(config)
+        return system_spec(config.system, ingest_cfg, AnswerConfig.from_config(config))
+
 
 def system_spec(name: str, ingest_cfg: IngestConfig, answer_cfg: AnswerConfig) -> SystemSpec:
     """Adjusts the configured ingest/answer settings to what system `name` means."""

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import uuid
 from pathlib import Path
 
 import jax
 import numpy as np
 from flax import nnx
 
+from memr1.atomic import atomic_dir
 from memr1.models.config import ModelConfig
 from memr1.models.hf_io import INDEX_FILE, SINGLE_FILE, tensor_layout
 
@@ -167,10 +167,7 @@ def export_hf(
     if tokenizer_dir is not None and not Path(tokenizer_dir).is_dir():
         raise FileNotFoundError(f"{tokenizer_dir}: tokenizer directory not found")
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
+    with atomic_dir(out_dir) as tmp:
         config = hf_config_dict(cfg, dtype)
         _write_weights(cfg, params, tmp, dtype, max_shard_bytes)
         if tokenizer_dir is not None:
@@ -186,15 +183,4 @@ def export_hf(
                     if value is not None:
                         config[key] = value
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-        if out_dir.exists():
-            # Swap the old directory out before the new one goes in, then delete it.
-            trash = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}"
-            out_dir.rename(trash)
-            tmp.rename(out_dir)
-            shutil.rmtree(trash)
-        else:
-            tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir

@@ -35,30 +35,50 @@ import jax.numpy as jnp
 from memr1.models.params import merge_params, rebind
 from memr1.rl import advantages as adv_lib
 from memr1.rl.logprobs import grouped_logprobs, sequence_logprobs
-from memr1.rl.losses import aggregate, kl_penalty, masked_mean, policy_loss
+from memr1.rl.losses import KL_ESTIMATORS, aggregate, kl_penalty, masked_mean, policy_loss
 
 FIELDS = ("tokens", "valid", "response_mask", "advantages")
 
 
+def check_kl_and_temperature(algo: str, kl_estimator: str, temperature: float) -> None:
+    """Refuses a KL estimator or rollout temperature the update cannot use, naming the key."""
+    if kl_estimator not in KL_ESTIMATORS:
+        raise ValueError(
+            f"{algo} kl_estimator={kl_estimator!r} (train.kl_estimator): expected one of "
+            f"{KL_ESTIMATORS}"
+        )
+    if not temperature > 0:
+        raise ValueError(
+            f"{algo} temperature={temperature!r} (train.temperature): must be > 0, the "
+            "temperature the rollouts were sampled at"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class GRPOConfig:
-    clip_eps: float = 0.2
+    """The GRPO update. The fields without a default come from the config's train section
+    (`from_config`); the others are variants the shipped configs do not set.
+
+    Rows come in groups of `prompt_group` samples of one prompt whose last `response_width`
+    columns are the responses: the prompt then runs once per group
+    (`memr1.rl.logprobs.grouped_logprobs`) and micro-batches keep groups whole. 1 runs every
+    row whole.
+    """
+
+    clip_eps: float
+    kl_beta: float
+    kl_estimator: str
+    temperature: float  # the rollout temperature: log-probs are under logits / T
+    n_micro: int
+    prompt_group: int
+    response_width: int
     clip_eps_high: float | None = None  # DAPO's asymmetric upper clip; None = clip_eps
     dual_clip: float | None = None  # bound the loss for A < 0 at c·|A| (c ≈ 3)
-    kl_beta: float = 0.001
-    kl_estimator: str = "k3"
     aggregation: str = "token_mean"  # or "seq_mean_token_mean"
-    temperature: float = 1.0  # the rollout temperature: log-probs are under logits / T
-    n_micro: int = 1
     logprob_chunk: int = 128
-    # Rows come in groups of `prompt_group` samples of one prompt whose last `response_width`
-    # columns are the responses: the prompt then runs once per group
-    # (`memr1.rl.logprobs.grouped_logprobs`) and micro-batches keep groups whole. 1 runs every
-    # row whole.
-    prompt_group: int = 1
-    response_width: int = 0
 
     def __post_init__(self):
+        check_kl_and_temperature("GRPO", self.kl_estimator, self.temperature)
         if self.prompt_group > 1 and self.response_width < 1:
             raise ValueError(
                 f"GRPO prompt_group={self.prompt_group} needs response_width >= 1 (the columns "
@@ -66,8 +86,9 @@ class GRPOConfig:
             )
 
     @classmethod
-    def from_train_config(cls, t) -> GRPOConfig:
-        """The GRPO update of a `configs/base.py` train section (refuses bad settings)."""
+    def from_config(cls, config) -> GRPOConfig:
+        """The GRPO update of a `configs/memr1.py` config (refuses bad settings)."""
+        t = config.train
         return cls(
             clip_eps=t.clip_eps,
             kl_beta=t.kl_beta,

@@ -14,8 +14,9 @@ A PPO iteration over one rollout batch is two jitted calls:
    lr 1e-6 and 1e-5) behind one shared NaN/inf guard.
 
 Batch fields: tokens, valid, response_mask as for GRPO; rewards [B] float32 (the outcome
-reward of each row); optional old_logp / sampler_logp [B, T]. β defaults to 0 here (verl's PPO
-default: no KL loss), so no reference pass is traced unless asked for.
+reward of each row); optional old_logp / sampler_logp [B, T]. The config's β for PPO is 0
+(`configs/base.py` train_section, verl's PPO default: no KL loss), so no reference pass is
+traced unless asked for.
 """
 
 from __future__ import annotations
@@ -31,9 +32,14 @@ import jax.numpy as jnp
 from memr1.models.params import merge_params, rebind
 from memr1.rl import advantages as adv_lib
 from memr1.rl.critic import critic_values
-from memr1.rl.grpo import kl_to_reference, policy_metrics, response_metrics
+from memr1.rl.grpo import (
+    check_kl_and_temperature,
+    kl_to_reference,
+    policy_metrics,
+    response_metrics,
+)
 from memr1.rl.logprobs import sequence_logprobs
-from memr1.rl.losses import KL_ESTIMATORS, policy_loss, value_loss
+from memr1.rl.losses import policy_loss, value_loss
 
 PREPARE_FIELDS = ("tokens", "valid", "response_mask", "rewards")
 STEP_FIELDS = (
@@ -49,17 +55,20 @@ STEP_FIELDS = (
 
 @dataclasses.dataclass(frozen=True)
 class PPOConfig:
-    clip_eps: float = 0.2
+    """The PPO update. The fields without a default come from the config's train section
+    (`from_config`); the others are variants the shipped configs do not set."""
+
+    clip_eps: float
+    gamma: float  # GAE discount and λ (verl: both 1.0)
+    lam: float
+    kl_beta: float
+    kl_estimator: str
+    temperature: float  # the rollout temperature: log-probs are under logits / T
+    n_micro: int
     clip_eps_high: float | None = None
     dual_clip: float | None = None
     value_clip_eps: float = 0.5  # verl's cliprange_value
     vf_coef: float = 1.0  # the critic has its own optimiser, so this only scales its gradients
-    gamma: float = 1.0  # GAE discount and λ: both 1.0 by default, as verl
-    lam: float = 1.0
-    kl_beta: float = 0.0
-    kl_estimator: str = "k3"
-    temperature: float = 1.0  # the rollout temperature: log-probs are under logits / T
-    n_micro: int = 1
     logprob_chunk: int = 128
 
     def __post_init__(self):
@@ -67,20 +76,12 @@ class PPOConfig:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"PPO {name}={value!r} (train.{name}): must be in [0, 1]")
-        if self.kl_estimator not in KL_ESTIMATORS:
-            raise ValueError(
-                f"PPO kl_estimator={self.kl_estimator!r} (train.kl_estimator): expected one of "
-                f"{KL_ESTIMATORS}"
-            )
-        if not self.temperature > 0:
-            raise ValueError(
-                f"PPO temperature={self.temperature!r} (train.temperature): must be > 0, the "
-                "temperature the rollouts were sampled at"
-            )
+        check_kl_and_temperature("PPO", self.kl_estimator, self.temperature)
 
     @classmethod
-    def from_train_config(cls, t) -> PPOConfig:
-        """The PPO update of a `configs/base.py` train section (refuses bad settings)."""
+    def from_config(cls, config) -> PPOConfig:
+        """The PPO update of a `configs/memr1.py` config (refuses bad settings)."""
+        t = config.train
         return cls(
             clip_eps=t.clip_eps,
             gamma=t.gamma,

@@ -5,5 +5,6 @@ A training loop calls, in order: `mesh.maybe_initialize_distributed()`, `mesh.bu
 `sft.make_sft_step` / `steps.make_grpo_step` / `steps.make_ppo_prepare` + `steps.make_ppo_step`,
 then
 per step `update.shard_batch` and the step; `checkpoint.Checkpointer` saves and resumes, and
-`metrics_log` writes what the steps report.
+`metrics_log` writes what the steps report. Fault drills install `faults.inject_nonfinite` around
+a step builder.
 """

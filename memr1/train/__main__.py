@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,24 +40,26 @@ from flax import nnx
 from ml_collections import config_flags
 
 from memr1.env import load, rollout
+from memr1.env.answer import AnswerConfig
 from memr1.env.manager_reward import RewardEnv
+from memr1.env.memory_store import BankSpec
 from memr1.env.policy import SamplingConfig
-from memr1.env.setup import bank_spec, check_memory_config, ingest_and_answer_configs
+from memr1.env.setup import check_memory_config
 from memr1.memory import BankOverflowError
 from memr1.models import config as model_config
 from memr1.models.hf_io import config_from_hf
 from memr1.models.tokenizer import load_tokenizer
 from memr1.rl import grpo, ppo
 from memr1.sampling.layout import decode_dtype
-from memr1.train import loop, lora, mesh, multihost, sft, state
+from memr1.train import faults, loop, lora, mesh, multihost, sft, state
 from memr1.train.checkpoint import Checkpointer, restore_params
-from memr1.train.loop import parse_faults
+from memr1.train.faults import parse_faults
 from memr1.train.metrics_log import MetricsWriter, NonFiniteError
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/memr1.py", "Experiment config.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, logs).")
 _HF_DIR = flags.DEFINE_string("hf_dir", None, "Local HF checkpoint of the backbone.")
-_TUPLES = flags.DEFINE_string("tuples", None, "Training tuples (python -m memr1.tuples).")
+_TUPLES = flags.DEFINE_string("tuples", None, "python -m memr1.tuples output, or tfds:DATA_DIR.")
 _SFT_DATA = flags.DEFINE_string("sft_data", None, "JSONL of {messages, target} for SFT.")
 _INIT = flags.DEFINE_string("init_checkpoint", None, "Start from this run's policy (e.g. SFT).")
 _ANSWER = flags.DEFINE_string(
@@ -113,8 +116,7 @@ def prepare_models(config, *, hf_dir, init_checkpoint=None, answer_checkpoint=No
     shardings, in the compute dtype (it is only sampled). A checkpoint from a LoRA run is merged
     into plain weights when it is loaded.
     """
-    t = config.train
-    lora_cfg = lora.from_train_config(t)
+    lora_cfg = lora.LoraConfig.from_config(config)
     m = mesh.mesh_from_config(config.mesh, [_model_shapes(config, hf_dir)])
     backbone = load.load_backbone(
         hf_dir=hf_dir,
@@ -146,13 +148,13 @@ def prepare_models(config, *, hf_dir, init_checkpoint=None, answer_checkpoint=No
     setup, st = state.create_train_state(
         m,
         model_cfg,
-        state.OptimConfig(lr=t.lr, warmup_steps=t.warmup_steps),
+        state.OptimConfig.from_config(config),
         seed=config.seed,
         params=start,
         module_fn=None if lora_cfg is None else lora.module_fn(model_cfg, lora_cfg, config.seed),
         trainable=nnx.Param if lora_cfg is None else nnx.LoRAParam,
         critic_cfg=model_cfg if config.algo == "ppo" else None,
-        critic_optim=state.OptimConfig(lr=t.critic_lr, warmup_steps=t.warmup_steps),
+        critic_optim=state.OptimConfig.from_config(config, critic=True),
     )
     del start
     answer_backbone = None
@@ -179,21 +181,9 @@ def _base_params(params):
     return lora.base_part(params) if lora.has_adapters(params) else params
 
 
-def train(
-    config,
-    *,
-    workdir,
-    hf_dir,
-    tuples,
-    sft_data,
-    init_checkpoint,
-    answer_checkpoint,
-    inject_nonfinite=(),
-):
-    # -- setup ------------------------------------------------------------------------------
-    mesh.maybe_initialize_distributed()
+def check_settings(config, *, sft_data, tuples) -> None:
+    """Refuses settings that cannot work, before a model is loaded or compiled."""
     t = config.train
-    # Settings that cannot work are refused here, before a model is loaded or compiled.
     mesh.resolve_micro_batches(config)
     if config.model.param_dtype != "float32":
         raise ValueError(
@@ -210,29 +200,86 @@ def train(
         raise ValueError(
             f"config train.oversample={t.oversample!r} is a GRPO option (algo={config.algo})"
         )
-    loop_cfg = loop.LoopConfig(
-        steps=t.steps,
-        batch_size=t.batch_size,
-        group_size=t.group_size,
-        checkpoint_every=t.checkpoint_every,
-        seed=config.seed,
-        on_nonfinite=t.on_nonfinite,
-        desc=f"{config.stage}/{config.algo}",
-        inject_nonfinite=tuple(inject_nonfinite),
-        drop_zero_signal=bool(t.drop_zero_signal),
-        n_micro=t.n_micro,
-        oversample=t.oversample,
-    )
+    loop.LoopConfig.from_config(config)
     if isinstance(t.keep, bool) or not isinstance(t.keep, int) or t.keep < 1:
         raise ValueError(f"config train.keep={t.keep!r}: must be an integer >= 1")
-    lora.from_train_config(t)  # refuses a bad rank, alpha or module regex
+    lora.LoraConfig.from_config(config)  # refuses a bad rank, alpha or module regex
     if config.algo == "sft" and not sft_data:
         raise ValueError("algo=sft needs --sft_data (JSONL of {messages, target})")
     if config.algo != "sft" and not tuples:
         raise ValueError(f"algo={config.algo} needs --tuples (python -m memr1.tuples)")
     if config.algo != "sft" and config.stage == "manager":
         check_memory_config(config.memory)
-    grpo_cfg = grpo.GRPOConfig.from_train_config(t)
+    grpo.GRPOConfig.from_config(config)
+    if config.algo != "sft":
+        ppo.PPOConfig.from_config(config)
+
+
+def rl_states(config, models: Models, policy, tuples) -> tuple[list, Callable]:
+    """The stage's RL states from `tuples` and `rollout(params, states, key)` that samples and
+    scores them: exact match for the answer stage, exact match through the frozen Answer Agent
+    (answering as evaluation does, `memr1.env.manager_reward`) for the manager stage."""
+    from memr1.tuples.io import read_tuples
+
+    t = config.train
+    kw = dict(
+        group_size=t.group_size,
+        sampling=SamplingConfig.from_config(config, "rollout"),
+        style=config.agents.style,
+    )
+    if config.stage == "answer":
+        states = [rollout.answer_state_from_tuple(x) for x in read_tuples(tuples, "answer")]
+
+        def do_rollout(params, batch_states, key):
+            return rollout.answer_rollout(
+                policy, params, batch_states, key=key, distill=config.agents.distill, **kw
+            )
+
+        return states, do_rollout
+    from memr1.embed import Encoder
+
+    records = read_tuples(tuples, "manager")
+    if t.only_turns_with_qa:
+        records = [r for r in records if r.has_qa]
+    states = [rollout.manager_state_from_tuple(x) for x in records]
+    answerer = load.make_policy(
+        models.answer_backbone,
+        # Each process answers over its own states' banks, on its own devices.
+        multihost.local_replica(models.answerer),
+        batch_size=config.agents.batch_size,
+        max_prompt_tokens=config.agents.max_prompt_tokens,
+        name="frozen answerer",
+    )
+    env = RewardEnv(
+        answerer=answerer,
+        embed=Encoder.from_dir().encode,
+        answer=AnswerConfig.from_config(config),
+        bank=BankSpec.from_config(config),
+    )
+
+    def do_rollout(params, batch_states, key):
+        return rollout.manager_rollout(policy, params, batch_states, key=key, env=env, **kw)
+
+    return states, do_rollout
+
+
+def train(
+    config,
+    *,
+    workdir,
+    hf_dir,
+    tuples,
+    sft_data,
+    init_checkpoint,
+    answer_checkpoint,
+    inject_nonfinite=(),
+):
+    # -- setup ------------------------------------------------------------------------------
+    mesh.maybe_initialize_distributed()
+    t = config.train
+    check_settings(config, sft_data=sft_data, tuples=tuples)
+    loop_cfg = loop.LoopConfig.from_config(config)
+    wrap_step = faults.wrapper(inject_nonfinite)
     models = prepare_models(
         config,
         hf_dir=hf_dir or config.hf_dir,
@@ -254,76 +301,15 @@ def train(
         ) as ckpt,
         MetricsWriter(workdir / "logs") as writer,
     ):
+        run = dict(cfg=loop_cfg, pad_id=backbone.pad_id, checkpointer=ckpt, writer=writer)
         # -- SFT --------------------------------------------------------------------------------
         if config.algo == "sft":
             pairs = sft.read_sft_pairs(sft_data, policy)
-            step_fn = sft.make_sft_step(setup, sft.SFTConfig(n_micro=t.n_micro))
-            return loop.run_sft(
-                setup,
-                st,
-                step_fn,
-                pairs,
-                cfg=loop_cfg,
-                length=t.sft_length,
-                pad_id=backbone.pad_id,
-                checkpointer=ckpt,
-                writer=writer,
-            )
+            sft_cfg = sft.SFTConfig.from_config(config)
+            step_fn = wrap_step(lambda hook: sft.make_sft_step(setup, sft_cfg, before_guard=hook))
+            return loop.run_sft(setup, st, step_fn, pairs, length=t.sft_length, **run)
         # -- RL data and rollout ---------------------------------------------------------------
-        from memr1.tuples.io import read_tuples
-
-        sampling = SamplingConfig(temperature=t.temperature, max_new_tokens=t.max_new_tokens)
-        style = config.agents.style
-        if config.stage == "answer":
-            states = [rollout.answer_state_from_tuple(x) for x in read_tuples(tuples, "answer")]
-
-            def do_rollout(params, batch_states, key):
-                return rollout.answer_rollout(
-                    policy,
-                    params,
-                    batch_states,
-                    group_size=t.group_size,
-                    sampling=sampling,
-                    key=key,
-                    style=style,
-                    distill=config.agents.distill,
-                )
-        else:
-            from memr1.embed import Encoder
-
-            records = read_tuples(tuples, "manager")
-            if t.only_turns_with_qa:
-                records = [r for r in records if r.has_qa]
-            states = [rollout.manager_state_from_tuple(x) for x in records]
-            # The frozen Answer Agent answers as evaluation does (memr1.env.manager_reward).
-            answerer = load.make_policy(
-                models.answer_backbone,
-                # Each process answers over its own states' banks, on its own devices.
-                multihost.local_replica(models.answerer),
-                batch_size=config.agents.batch_size,
-                max_prompt_tokens=config.agents.max_prompt_tokens,
-                name="frozen answerer",
-            )
-            encoder = Encoder.from_dir()
-            env = RewardEnv(
-                answerer=answerer,
-                embed=encoder.encode,
-                answer=ingest_and_answer_configs(config)[1],
-                bank=bank_spec(config.memory),
-            )
-
-            def do_rollout(params, batch_states, key):
-                return rollout.manager_rollout(
-                    policy,
-                    params,
-                    batch_states,
-                    group_size=t.group_size,
-                    sampling=sampling,
-                    key=key,
-                    style=style,
-                    env=env,
-                )
-
+        states, do_rollout = rl_states(config, models, policy, tuples)
         if not states:
             raise ValueError(f"{tuples}: no {config.stage} tuples to train on")
         # -- update ------------------------------------------------------------------------------
@@ -331,21 +317,13 @@ def train(
         update = loop.make_rl_update(
             setup,
             config.algo,
-            grpo_cfg=grpo_cfg,
-            ppo_cfg=ppo.PPOConfig.from_train_config(t),
+            grpo_cfg=grpo.GRPOConfig.from_config(config),
+            ppo_cfg=ppo.PPOConfig.from_config(config),
             ref_params=ref,
+            wrap_step=wrap_step,
         )
         return loop.run_rl(
-            setup,
-            st,
-            update,
-            states,
-            do_rollout,
-            cfg=loop_cfg,
-            response_width=t.max_new_tokens,
-            pad_id=backbone.pad_id,
-            checkpointer=ckpt,
-            writer=writer,
+            setup, st, update, states, do_rollout, response_width=t.max_new_tokens, **run
         )
 
 

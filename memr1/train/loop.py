@@ -35,46 +35,34 @@ from memr1.train.metrics_log import (
 )
 from memr1.train.sft import sft_batch
 from memr1.train.state import TrainSetup, TrainState, step_key
-from memr1.train.update import FAULT_FIELD, shard_batch
+from memr1.train.update import StepBuilder, shard_batch
 
-# What `LoopConfig.inject_nonfinite` does to a step: (loss scale, gradient scale).
-FAULTS = {"loss": (float("nan"), 1.0), "grads": (1.0, float("inf"))}
-
-
-def parse_faults(text: str | None) -> tuple[tuple[int, str], ...]:
-    """The train CLI's --inject_nonfinite: "3,7:grads" gives ((3, "loss"), (7, "grads"))."""
-    out = []
-    for item in filter(None, (part.strip() for part in (text or "").split(","))):
-        step, _, kind = item.partition(":")
-        try:
-            out.append((int(step), kind.strip() or "loss"))
-        except ValueError as err:
-            raise ValueError(
-                f"--inject_nonfinite item {item!r}: expected STEP[:loss|grads]"
-            ) from err
-    return tuple(out)
+# Turns a step builder into the step to run (fault drills: `memr1.train.faults.wrapper`).
+StepWrapper = Callable[[StepBuilder], Callable]
 
 
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
+    """How a run steps, from the config (`from_config`): its train section and seed.
+
+    drop_zero_signal (GRPO): drop groups without reward signal before the update
+      (`batches.keep_signal_groups`); `n_micro` is the update's micro-batch count, which the
+      kept rows must still split into.
+    oversample (GRPO): roll out `oversample` x `batch_size` states a step and update on
+      `batch_size` groups, those with a reward spread first (`batches.signal_first_groups`).
+    desc: the progress bar's label.
+    """
+
     steps: int
     batch_size: int  # states (GRPO) or pairs (SFT) per step
-    group_size: int = 1  # G samples per state (GRPO)
-    checkpoint_every: int = 50
-    seed: int = 0
-    on_nonfinite: str = "skip"  # "skip" the refused update, or "stop" the run
-    desc: str = "train"
-    # Fault drills only: (step, "loss" | "grads") pairs whose loss becomes NaN or whose
-    # gradients become inf inside the real update step, to exercise the NaN/inf guard.
-    inject_nonfinite: tuple[tuple[int, str], ...] = ()
-    # GRPO only: drop groups without reward signal before the update
-    # (`batches.keep_signal_groups`); `n_micro` is the update's micro-batch count, which the
-    # kept rows must still split into.
-    drop_zero_signal: bool = False
-    n_micro: int = 1
-    # GRPO only: roll out `oversample` x `batch_size` states a step and update on `batch_size`
-    # groups, those with a reward spread first (`batches.signal_first_groups`); 1 = off.
-    oversample: int = 1
+    group_size: int  # G samples per state (GRPO)
+    checkpoint_every: int
+    seed: int
+    on_nonfinite: str  # "skip" the refused update, or "stop" the run
+    drop_zero_signal: bool
+    n_micro: int
+    oversample: int
+    desc: str
 
     def __post_init__(self):
         # Checked here so that a bad setting fails before any model is loaded or compiled.
@@ -91,12 +79,23 @@ class LoopConfig:
                 raise ValueError(f"train.{name}={value!r}: must be an integer >= 1")
         if self.on_nonfinite not in ("skip", "stop"):
             raise ValueError(f"train.on_nonfinite={self.on_nonfinite!r}: expected 'skip' or 'stop'")
-        for step, kind in self.inject_nonfinite:
-            if kind not in FAULTS or int(step) < 0:
-                raise ValueError(
-                    f"inject_nonfinite ({step!r}, {kind!r}): expected (step >= 0, one of "
-                    f"{sorted(FAULTS)})"
-                )
+
+    @classmethod
+    def from_config(cls, config) -> LoopConfig:
+        """The loop of a `configs/memr1.py` config (refuses impossible settings by name)."""
+        t = config.train
+        return cls(
+            steps=t.steps,
+            batch_size=t.batch_size,
+            group_size=t.group_size,
+            checkpoint_every=t.checkpoint_every,
+            seed=config.seed,
+            on_nonfinite=t.on_nonfinite,
+            drop_zero_signal=bool(t.drop_zero_signal),
+            n_micro=t.n_micro,
+            oversample=t.oversample,
+            desc=f"{config.stage}/{config.algo}",
+        )
 
 
 def batch_indices(n: int, batch: int, step: int, seed: int) -> np.ndarray:
@@ -121,18 +120,6 @@ def resume(checkpointer: Checkpointer | None, setup: TrainSetup, state: TrainSta
         return state, 0
     restored_state, position = restored
     return restored_state, int(position["next_step"])
-
-
-def with_faults(batch: dict[str, Any], step: int, cfg: LoopConfig) -> dict[str, Any]:
-    """The host batch, plus the fault field when `cfg.inject_nonfinite` poisons `step`."""
-    kinds = [kind for s, kind in cfg.inject_nonfinite if int(s) == step]
-    if not kinds:
-        return batch
-    rows = len(next(iter(batch.values())))
-    scale = np.ones((rows, 2), np.float32)
-    for kind in kinds:
-        scale *= np.asarray(FAULTS[kind], np.float32)
-    return {**batch, FAULT_FIELD: scale}
 
 
 def _log(ready, writer, bar, cfg) -> None:
@@ -206,7 +193,6 @@ def run_sft(
         need = max(multihost.gather(max(len(pairs[i][0]) + len(pairs[i][1]) for i in idx)))
         padded = bucket_length(need, length)
         batch = sft_batch([pairs[i][0] for i in idx], [pairs[i][1] for i in idx], padded, pad_id)
-        batch = with_faults(batch, step, cfg)
         # -- update -------------------------------------------------------------------------
         state, metrics = step_fn(state, shard_batch(setup, batch))
         timing = (started, sum(multihost.gather(int(np.sum(batch["valid"])))))
@@ -216,31 +202,45 @@ def run_sft(
 
 
 def make_rl_update(
-    setup: TrainSetup, algo: str, *, grpo_cfg=None, ppo_cfg=None, ref_params: Any = None
+    setup: TrainSetup,
+    algo: str,
+    *,
+    grpo_cfg=None,
+    ppo_cfg=None,
+    ref_params: Any = None,
+    wrap_step: StepWrapper | None = None,
 ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
-    """`update(state, host_batch) -> (state, metrics)` for "grpo" or "ppo" (jitted inside)."""
+    """`update(state, host_batch) -> (state, metrics)` for "grpo" or "ppo" (jitted inside), with
+    the algorithm's settings (`grpo_cfg` or `ppo_cfg`, built by their `from_config`).
+
+    `wrap_step`, when given, builds the update step from its builder (fault drills).
+    """
     from memr1.rl import grpo, ppo
+
+    settings = {"grpo": grpo_cfg, "ppo": ppo_cfg}
+    if algo in settings and settings[algo] is None:
+        raise ValueError(f"make_rl_update({algo!r}) needs {algo}_cfg")
 
     def with_ref(fn, beta):
         if beta > 0 and ref_params is None:
             raise ValueError(f"{algo} with KL beta={beta} needs reference parameters")
         return (lambda s, b: fn(s, b, ref_params)) if beta > 0 else fn
 
+    built = wrap_step or (lambda make: make(None))
+
     if algo == "grpo":
-        grpo_cfg = grpo_cfg or grpo.GRPOConfig()
-        step = with_ref(steps.make_grpo_step(setup, grpo_cfg), grpo_cfg.kl_beta)
-        fields = grpo.FIELDS + ("old_logp", "sampler_logp", FAULT_FIELD)
+        make = lambda hook: steps.make_grpo_step(setup, grpo_cfg, before_guard=hook)
+        step = with_ref(built(make), grpo_cfg.kl_beta)
+        fields = grpo.FIELDS + ("old_logp", "sampler_logp")
         return lambda s, b: step(s, shard_batch(setup, {k: b[k] for k in fields if k in b}))
     if algo == "ppo":
-        ppo_cfg = ppo_cfg or ppo.PPOConfig()
         prepare = steps.make_ppo_prepare(setup, ppo_cfg)
-        step = with_ref(steps.make_ppo_step(setup, ppo_cfg), ppo_cfg.kl_beta)
+        make = lambda hook: steps.make_ppo_step(setup, ppo_cfg, before_guard=hook)
+        step = with_ref(built(make), ppo_cfg.kl_beta)
         fields = ppo.PREPARE_FIELDS + ("old_logp", "sampler_logp")
 
         def update(s, b):
             prepared, prep_metrics = prepare(s, shard_batch(setup, {k: b[k] for k in fields}))
-            if FAULT_FIELD in b:
-                prepared = {**prepared, **shard_batch(setup, {FAULT_FIELD: b[FAULT_FIELD]})}
             s, metrics = step(s, prepared)
             return s, {**prep_metrics, **metrics}
 
@@ -306,7 +306,7 @@ def run_rl(
             quantum=quantum,
         )
         # -- update -------------------------------------------------------------------------
-        state, metrics = update(state, with_faults(batch, step, cfg))
+        state, metrics = update(state, batch)
         metrics = {**metrics, **stats}
         timing = (started, sum(multihost.gather(int(np.sum(batch["valid"])))))
         _finish_step(step, metrics, lag, writer, bar, cfg, checkpointer, state, timing)

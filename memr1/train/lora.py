@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -35,11 +35,11 @@ METADATA_KEY = "lora"  # key of the LoRA settings in a checkpoint step's custom 
 @dataclasses.dataclass(frozen=True)
 class LoraConfig:
     """rank (> 0), alpha (the update is scaled by alpha / rank), module_path (a regex over
-    module paths such as `layers/3/attn`; the default adapts every attention and MLP weight)."""
+    module paths such as `layers/3/attn`): train.lora_rank, lora_alpha, lora_module_path."""
 
     rank: int
     alpha: float
-    module_path: str = ".*attn|.*mlp"
+    module_path: str
 
     def __post_init__(self):
         if isinstance(self.rank, bool) or int(self.rank) != self.rank or self.rank < 1:
@@ -58,13 +58,14 @@ class LoraConfig:
     def as_metadata(self) -> dict[str, Any]:
         return {"rank": int(self.rank), "alpha": float(self.alpha), "module_path": self.module_path}
 
-
-def from_train_config(train: Mapping[str, Any]) -> LoraConfig | None:
-    """The LoRA settings of a config's `train` section, or None when `lora_rank` is 0."""
-    rank = train.get("lora_rank", 0)
-    if rank == 0:
-        return None
-    return LoraConfig(rank, train["lora_alpha"], train["lora_module_path"])
+    @classmethod
+    def from_config(cls, config) -> LoraConfig | None:
+        """The LoRA settings of a `configs/memr1.py` config, or None when train.lora_rank is 0
+        (every weight trains); refuses a bad rank, alpha or module regex."""
+        t = config.train
+        if t.lora_rank == 0:
+            return None
+        return cls(t.lora_rank, t.lora_alpha, t.lora_module_path)
 
 
 def checkpoint_metadata(lora: LoraConfig | None) -> dict[str, Any] | None:

@@ -31,6 +31,8 @@ import numpy as np
 from tensorboardX import SummaryWriter
 from tqdm.auto import tqdm
 
+from memr1.atomic import write_text_atomic
+
 # Metric keys that measure wall-clock time rather than the computation: the `time/` and `perf/`
 # sections (`time/step_s`, `perf/tokens_per_s`, from LaggedMetrics) and names that start with
 # `time_` (a rollout's `time_sample_s`, `time_reward_s`, logged as `train/time_sample_s`). They
@@ -181,12 +183,7 @@ class MetricsWriter:
                 else:
                     dropped += 1
         if dropped:
-            tmp = f"{self._path}.tmp-{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.writelines(kept)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self._path)
+            write_text_atomic(self._path, "".join(kept))
         self._jsonl = open(self._path, "a", encoding="utf-8")
         return dropped
 

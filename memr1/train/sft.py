@@ -25,24 +25,34 @@ from memr1.models.params import merge_params
 from memr1.rl.logprobs import sequence_logprobs
 from memr1.rl.losses import masked_mean
 from memr1.train.state import TrainSetup, TrainState
-from memr1.train.update import Batch, make_step
+from memr1.train.update import Batch, BeforeGuard, make_step
 
 FIELDS = ("tokens", "valid", "loss_mask")
 
 
 @dataclasses.dataclass(frozen=True)
 class SFTConfig:
-    n_micro: int = 1  # micro-batches per step (gradient accumulation)
+    n_micro: int  # micro-batches per step (gradient accumulation): train.n_micro
     logprob_chunk: int = 128  # sequence chunk of the vocabulary projection
+
+    @classmethod
+    def from_config(cls, config) -> SFTConfig:
+        """The SFT update of a `configs/memr1.py` config."""
+        return cls(n_micro=config.train.n_micro)
 
 
 def make_sft_step(
-    setup: TrainSetup, cfg: SFTConfig = SFTConfig(), *, grads_only: bool = False
+    setup: TrainSetup,
+    cfg: SFTConfig,
+    *,
+    grads_only: bool = False,
+    before_guard: BeforeGuard | None = None,
 ) -> Callable[[TrainState, Batch], tuple[TrainState, dict[str, jax.Array]]]:
     """The jitted, donating SFT update `step(state, batch) -> (state, metrics)`.
 
     Metrics: loss (mean NLL per target token), n_tokens, grad_norm, lr, update_refused.
-    `grads_only=True` builds the non-updating gradient function instead (`update.make_step`).
+    `grads_only=True` builds the non-updating gradient function instead; `before_guard` is for
+    fault drills (both: `update.make_step`).
     """
 
     def loss_factory(batch, frozen, _ref):
@@ -65,6 +75,7 @@ def make_sft_step(
         n_micro=cfg.n_micro,
         loss_factory=loss_factory,
         grads_only=grads_only,
+        before_guard=before_guard,
     )
 
 

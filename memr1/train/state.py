@@ -41,18 +41,26 @@ from memr1.sharding import DEFAULT_RULES, logical_to_spec
 
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
-    """AdamW with linear warmup to a constant learning rate and global-norm clipping."""
+    """AdamW with linear warmup to a constant learning rate and global-norm clipping.
 
-    lr: float = 1e-6  # the paper's actor learning rate
-    warmup_steps: int = 10
+    `lr` and `warmup_steps` come from the config's train section (`from_config`); the AdamW
+    constants are not configured.
+    """
+
+    lr: float
+    warmup_steps: int
     b1: float = 0.9
     b2: float = 0.999
     eps: float = 1e-8
     weight_decay: float = 0.01
     clip_norm: float = 1.0
 
-
-CRITIC_OPTIM = OptimConfig(lr=1e-5)  # the paper's critic learning rate
+    @classmethod
+    def from_config(cls, config, *, critic: bool = False) -> OptimConfig:
+        """The policy's optimiser (train.lr), or with `critic` the PPO critic's
+        (train.critic_lr)."""
+        t = config.train
+        return cls(lr=t.critic_lr if critic else t.lr, warmup_steps=t.warmup_steps)
 
 
 def warmup_constant(lr: float, warmup_steps: int) -> optax.Schedule:
@@ -247,14 +255,14 @@ def _init_critic(mesh, cfg, tx, seed, policy_params, params, rules, materialize)
 def create_train_state(
     mesh: Mesh,
     model_cfg: ModelConfig,
-    optim: OptimConfig = OptimConfig(),
+    optim: OptimConfig,
     *,
     seed: int = 0,
     params: nnx.State | None = None,
     module_fn: Callable[[], nnx.Module] | None = None,
     trainable: Any = nnx.Param,
     critic_cfg: ModelConfig | None = None,
-    critic_optim: OptimConfig = CRITIC_OPTIM,
+    critic_optim: OptimConfig | None = None,
     critic_params: nnx.State | None = None,
     critic_from_policy: bool = True,
     rules=DEFAULT_RULES,
@@ -265,7 +273,8 @@ def create_train_state(
     Args:
       mesh: from `memr1.train.mesh.build_mesh`.
       model_cfg: the policy backbone (dtype = compute dtype, param_dtype = master weights).
-      optim: the policy optimiser (paper: lr 1e-6, constant after warmup).
+      optim: the policy optimiser (`OptimConfig.from_config`; paper: lr 1e-6, constant after
+        warmup).
       seed: seeds the random initialisation and the state's base RNG key.
       params: weights to start from (e.g. an HF checkpoint); random initialisation if None.
       module_fn: builds the policy module (default `Transformer(model_cfg)`); a LoRA-adapted
@@ -273,7 +282,8 @@ def create_train_state(
         `params` may then hold only the base weights: the adapters are initialised by it.
       trainable: nnx filter of the parameters the optimiser updates.
       critic_cfg: if set, a PPO value model (`memr1.rl.critic.ValueModel`) is created too.
-      critic_optim: its optimiser (paper: lr 1e-5).
+      critic_optim: its optimiser (`OptimConfig.from_config(config, critic=True)`; paper: lr
+        1e-5); required with `critic_cfg`.
       critic_params: its start weights; only with critic_from_policy=False.
       critic_from_policy: start the critic's trunk as a copy of the policy's start weights (the
         base weights under LoRA, no LM head) with a zero value head, as verl starts its critic
@@ -284,6 +294,8 @@ def create_train_state(
     Returns:
       (setup, state), with every array of `state` placed by `setup.state_shardings`.
     """
+    if critic_cfg is not None and critic_optim is None:
+        raise ValueError("a critic (critic_cfg) needs its optimiser: pass critic_optim")
     if critic_params is not None and critic_from_policy:
         raise ValueError("critic_params are start weights: pass critic_from_policy=False")
     if module_fn is None:
@@ -300,21 +312,8 @@ def create_train_state(
             mesh, critic_cfg, c_tx, seed, start, critic_params, rules, materialize
         )
     replicated = NamedSharding(mesh, PartitionSpec())
-    shardings = TrainState(
-        step=replicated,
-        params=p_sh,
-        opt_state=o_sh,
-        rng=replicated,
-        n_refused=replicated,
-        critic_params=c_psh,
-        critic_opt_state=c_osh,
-    )
-    scalar = jax.ShapeDtypeStruct((), jnp.int32)
-    key = jax.eval_shape(lambda: jax.random.PRNGKey(seed))
-    abstract = TrainState(scalar, p_abs, o_abs, key, scalar, c_pabs, c_oabs)
-    abstract = jax.tree.map(
-        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
-    )
+    shardings = TrainState(replicated, p_sh, o_sh, replicated, replicated, c_psh, c_osh)
+    abstract = _abstract_state(seed, (p_abs, o_abs, c_pabs, c_oabs), shardings)
     setup = TrainSetup(
         mesh=mesh,
         model_cfg=model_cfg,
@@ -340,6 +339,18 @@ def create_train_state(
         critic_opt_state=c_o,
     )
     return setup, state
+
+
+def _abstract_state(seed: int, parts: tuple, shardings: TrainState) -> TrainState:
+    """ShapeDtypeStructs of the whole state, each carrying its sharding; `parts` holds the
+    abstract (policy params, policy opt state, critic params, critic opt state)."""
+    scalar = jax.ShapeDtypeStruct((), jnp.int32)
+    key = jax.eval_shape(lambda: jax.random.PRNGKey(seed))
+    p_abs, o_abs, c_pabs, c_oabs = parts
+    abstract = TrainState(scalar, p_abs, o_abs, key, scalar, c_pabs, c_oabs)
+    return jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
+    )
 
 
 def frozen_copy(params: Any, shardings: Any, dtype: Any) -> Any:

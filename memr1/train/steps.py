@@ -17,14 +17,26 @@ import jax.numpy as jnp
 from memr1.rl import grpo, ppo
 from memr1.sharding import use_mesh
 from memr1.train.state import TrainSetup, TrainState
-from memr1.train.update import Batch, batch_sharding, check_batch, make_step, to_micro
+from memr1.train.update import (
+    Batch,
+    BeforeGuard,
+    batch_sharding,
+    check_batch,
+    make_step,
+    to_micro,
+)
 
 
 def make_grpo_step(
-    setup: TrainSetup, cfg: grpo.GRPOConfig, *, grads_only: bool = False
+    setup: TrainSetup,
+    cfg: grpo.GRPOConfig,
+    *,
+    grads_only: bool = False,
+    before_guard: BeforeGuard | None = None,
 ) -> Callable[..., tuple[TrainState, dict[str, jax.Array]]]:
     """The jitted, donating GRPO update (metrics of `rl.grpo.grpo_loss` plus grad_norm, lr,
-    update_refused). `grads_only=True` builds the non-updating gradient function instead."""
+    update_refused). `grads_only=True` builds the non-updating gradient function instead;
+    `before_guard` is for fault drills (both: `update.make_step`)."""
     return make_step(
         setup,
         name="GRPO",
@@ -34,6 +46,7 @@ def make_grpo_step(
         grads_only=grads_only,
         with_ref=cfg.kl_beta != 0.0,
         micro_unit=cfg.prompt_group,
+        before_guard=before_guard,
     )
 
 
@@ -72,10 +85,15 @@ def make_ppo_prepare(setup: TrainSetup, cfg: ppo.PPOConfig) -> Callable:
 
 
 def make_ppo_step(
-    setup: TrainSetup, cfg: ppo.PPOConfig, *, grads_only: bool = False
+    setup: TrainSetup,
+    cfg: ppo.PPOConfig,
+    *,
+    grads_only: bool = False,
+    before_guard: BeforeGuard | None = None,
 ) -> Callable[..., tuple[TrainState, dict[str, jax.Array]]]:
     """The jitted, donating PPO actor + critic update on a prepared batch (metrics of
-    `rl.ppo.ppo_loss` plus grad_norm, critic_grad_norm, lr, update_refused)."""
+    `rl.ppo.ppo_loss` plus grad_norm, critic_grad_norm, lr, update_refused); `grads_only` and
+    `before_guard` as for `make_grpo_step`."""
     return make_step(
         setup,
         name="PPO",
@@ -85,4 +103,5 @@ def make_ppo_step(
         grads_only=grads_only,
         with_ref=cfg.kl_beta != 0.0,
         with_critic=True,
+        before_guard=before_guard,
     )

@@ -13,10 +13,9 @@ optimiser state are replaced by the old ones with `jnp.where` (so a poisoned ste
 weights bitwise unchanged), `update_refused` is 1 in the metrics and the state's `n_refused`
 counter grows. The host loop decides from those whether to skip on or stop.
 
-Fault drills exercise that guard through the real step: a batch may carry the extra field
-`FAULT_FIELD` ([B, 2] float32), whose first row scales the loss (column 0) and the gradients
-(column 1), e.g. by NaN or inf (see `memr1.train.loop.LoopConfig.inject_nonfinite`). Ordinary
-batches do not have the field, so their compiled program is unchanged.
+A step built with `before_guard` passes its summed loss and gradients through it just before
+the guard; fault drills install one that makes them NaN or inf at chosen steps
+(`memr1.train.faults`). Production steps are built without it.
 """
 
 from __future__ import annotations
@@ -37,7 +36,10 @@ from memr1.sharding import logical_to_spec, use_mesh
 from memr1.train.state import TrainSetup, TrainState, tree_shardings
 
 Batch = Mapping[str, jax.Array]
-FAULT_FIELD = "fault_scale"  # see the module docstring: drills only
+# `(loss, grads) -> (loss, grads)` before the NaN/inf guard (see the module docstring).
+BeforeGuard = Callable[[jax.Array, Any], tuple[jax.Array, Any]]
+# A step builder: `before_guard -> jitted step` (what a fault wrapper is installed around).
+StepBuilder = Callable[[BeforeGuard | None], Callable[..., tuple]]
 
 
 def batch_sharding(setup: TrainSetup) -> NamedSharding:
@@ -163,6 +165,24 @@ LossFactory = Callable[
 ]
 
 
+def _apply(setup: TrainSetup, state: TrainState, trainable, frozen, grads, ok) -> TrainState:
+    """The state after one guarded update: the policy (and the critic, when grads holds its
+    gradients) step only if `ok`; the step counter always advances, n_refused when not ok."""
+    new_tr, new_opt = guarded_update(setup.tx, trainable, state.opt_state, grads[0], ok)
+    new_state = state.replace(
+        step=state.step + 1,
+        params=merge_params(new_tr, frozen),
+        opt_state=new_opt,
+        n_refused=state.n_refused + (~ok).astype(jnp.int32),
+    )
+    if len(grads) == 1:
+        return new_state
+    new_c, new_c_opt = guarded_update(
+        setup.critic_tx, state.critic_params, state.critic_opt_state, grads[1], ok
+    )
+    return new_state.replace(critic_params=new_c, critic_opt_state=new_c_opt)
+
+
 def make_step(
     setup: TrainSetup,
     *,
@@ -174,6 +194,7 @@ def make_step(
     with_critic: bool = False,
     grads_only: bool = False,
     micro_unit: int = 1,
+    before_guard: BeforeGuard | None = None,
 ) -> Callable[..., tuple]:
     """The jitted, donating update `step(state, batch[, ref_params]) -> (state, metrics)`.
 
@@ -188,6 +209,7 @@ def make_step(
       grads_only: instead build `(state, batch[, ref]) -> (loss, grads, metrics)`, which
         updates nothing and donates nothing (gradient checks and diagnostics); grads is
         `(trainable,)` or `(trainable, critic)`.
+      before_guard: applied to the summed (loss, grads) before the guard (fault drills).
     """
     if with_critic and setup.critic_graphdef is None:
         raise ValueError(f"the {name} step trains a critic but the train state has none")
@@ -196,32 +218,19 @@ def make_step(
     def step(state: TrainState, batch: Batch, ref_params=None):
         with use_mesh(setup.mesh, setup.rules):
             check_batch(batch, required, n_micro, divisor, name, micro_unit)
-            fault = batch.get(FAULT_FIELD)
-            batch = {k: v for k, v in batch.items() if k != FAULT_FIELD}
             trainable, frozen = split_trainable(state.params, setup.trainable)
             diff = (trainable, state.critic_params) if with_critic else (trainable,)
             loss_fn, metrics = loss_factory(batch, frozen, ref_params)
             loss, grads, micro_metrics = accumulate(
                 setup, loss_fn, diff, to_micro(batch, n_micro, micro_unit)
             )
-            if fault is not None:
-                loss = loss * fault[0, 0]
-                grads = jax.tree.map(lambda g: g * fault[0, 1].astype(g.dtype), grads)
+            if before_guard is not None:
+                loss, grads = before_guard(loss, grads)
             if grads_only:
                 return loss, grads, {**metrics, **micro_metrics}
             ok = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(grads))
-            new_tr, new_opt = guarded_update(setup.tx, trainable, state.opt_state, grads[0], ok)
-            new_state = state.replace(
-                step=state.step + 1,
-                params=merge_params(new_tr, frozen),
-                opt_state=new_opt,
-                n_refused=state.n_refused + (~ok).astype(jnp.int32),
-            )
+            new_state = _apply(setup, state, trainable, frozen, grads, ok)
             if with_critic:
-                new_c, new_c_opt = guarded_update(
-                    setup.critic_tx, state.critic_params, state.critic_opt_state, grads[1], ok
-                )
-                new_state = new_state.replace(critic_params=new_c, critic_opt_state=new_c_opt)
                 metrics["critic_grad_norm"] = optax.tree.norm(grads[1])
             metrics.update(micro_metrics)
             metrics["loss"] = loss

@@ -12,27 +12,29 @@ Bank builders (``build.TupleConfig.builder``, see ``banks``):
 * ``observation``: the dataset's facts are ADDed as they are; no model. The default for both
   LoCoMo and synthloco, whose files carry per-turn observation facts.
 * ``teacher`` with a policy (a local checkpoint as ``TextPolicy``): the paper's recipe (a teacher
-  LLM, GPT-4o-mini there), run through ``pipeline.ingest``.
+  LLM, GPT-4o-mini there), run through ``env.ingest``.
 * ``teacher`` with a callable ``teacher(facts, retrieved) -> list[ManagerOp]``: a rule-based
   manager, e.g. the CPU demo's Mem0-like teacher on synthloco.
 
-Window W: the paper says 24 turns in its text and 50 in Algorithm 1; the default is 50. W = -1
-builds each conversation's bank once and reads it before every turn (the whole history so far),
-which costs one pass instead of one bank per turn.
+Window W: the paper says 24 turns in its text and 50 in Algorithm 1; the config's
+``tuples.window`` (``configs/base.py``) is 50. W = -1 builds each conversation's bank once and
+reads it before every turn (the whole history so far), which costs one pass instead of one bank
+per turn.
 
 The manager's RL stage turns a tuple's snapshot back into a live bank with
 ``restore.restore_memory`` (ids remapped), applies candidate ops to it and answers ``qa`` over it.
 
 Storage (``io``): a folder of array_record files (one JSON record per tuple) plus metadata.json,
 written atomically; ``io.TupleReader`` reads it back by index. ``memr1.tuples.tfds_builder``
-exposes the same folders to ``tfds.data_source``. Command line: ``python -m memr1.tuples``.
+exposes the same folders to ``tfds.data_source`` (built by ``python -m memr1.tuples.to_tfds``), and
+``io.open_tuples`` / ``read_tuples`` read either source. Command line: ``python -m memr1.tuples``.
 
 Building needs JAX and the pipeline, so ``build`` is imported from its module
 (``from memr1.tuples.build import build_tuples, TupleConfig``); reading only needs this
 package.
 """
 
-from memr1.tuples.io import TupleReader, read_metadata, read_tuples, write_tuples
+from memr1.tuples.io import TupleReader, open_tuples, read_metadata, read_tuples, write_tuples
 from memr1.tuples.schema import (
     SCHEMA_VERSION,
     AnswerMemory,
@@ -52,6 +54,7 @@ __all__ = [
     "MemoryRecord",
     "SchemaError",
     "TupleReader",
+    "open_tuples",
     "read_metadata",
     "read_tuples",
     "write_tuples",

@@ -9,12 +9,12 @@ reports before every tuple turn and at the end.
 Builders (what turns a turn's facts into bank operations):
 
 * ``observation``: every fact is ADDed as it is (``ConversationMemory.add_texts``, the same call
-  as pipeline.ingest without a manager). No model, no retrieval.
+  as env.ingest without a manager). No model, no retrieval.
 * a callable teacher ``teacher(facts, retrieved) -> list[ManagerOp]``: it is shown the speaker's
-  top ``k_per_fact`` memories per fact (merged as pipeline.ingest merges them) and its ops go
+  top ``k_per_fact`` memories per fact (merged as env.ingest merges them) and its ops go
   through ``ConversationMemory.apply``.
 * a policy teacher (a ``TextPolicy``, or anything with its ``complete`` method): the jobs run
-  through ``pipeline.ingest`` itself, in lockstep, so one batched manager call serves every job.
+  through ``env.ingest`` itself, in lockstep, so one batched manager call serves every job.
 
 Facts come in precomputed (``facts[sample_id][dia_id]``), so every builder and every window sees
 the same facts for a turn; for ingest they are handed over as the conversation's observations.
@@ -46,7 +46,7 @@ Facts = dict[str, dict[str, list[str]]]
 
 
 def turn_code(turn: Turn) -> int:
-    """The op-log turn number of a turn (pipeline.ingest's numbering)."""
+    """The op-log turn number of a turn (env.ingest's numbering)."""
     return turn_number(turn.session, turn.index)
 
 
@@ -96,7 +96,7 @@ class CachedEmbed:
 def retrieve_for_facts(
     memory: ConversationMemory, fact_emb_QE: np.ndarray, owner: int, k: int
 ) -> list[tuple[int, str]]:
-    """The memories the manager is shown for a turn's facts (exactly as pipeline.ingest)."""
+    """The memories the manager is shown for a turn's facts (exactly as env.ingest)."""
     return memory.neighbours(fact_emb_QE, owner, k)
 
 
@@ -105,7 +105,7 @@ def last_writes(memory: ConversationMemory, conv: Conversation) -> dict[int, str
 
     Raises:
       RuntimeError: a logged turn number names no turn of ``conv`` (the op-log numbering of
-        pipeline.ingest is no longer ``turn_code``'s).
+        env.ingest is no longer ``turn_code``'s).
     """
     log = memory.bank.log
     kind_L = np.asarray(log.kind_L)
@@ -122,7 +122,7 @@ def last_writes(memory: ConversationMemory, conv: Conversation) -> dict[int, str
                 raise RuntimeError(
                     f"{conv.sample_id}: the bank's op log names turn number {code}, which is no "
                     f"turn of the conversation; memr1.tuples.banks.turn_code must match the "
-                    f"numbering pipeline.ingest writes"
+                    f"numbering env.ingest writes"
                 )
             out[int(ids_L[at])] = name
     return out
@@ -164,8 +164,8 @@ def run_direct(
     spec: BankSpec,
     dim: int,
     on_state: StateFn,
-    teacher: Teacher | None = None,
-    k_per_fact: int = 5,
+    teacher: Teacher | None,
+    k_per_fact: int,
 ) -> None:
     """Runs jobs with the observation builder (``teacher=None``) or a callable teacher."""
     for job in jobs:
@@ -223,9 +223,9 @@ def run_ingest(
     teacher,
     cfg: IngestConfig,
     key: jax.Array,
-    jobs_per_batch: int = 32,
+    jobs_per_batch: int,
 ) -> Iterator[tuple[Job, TurnRecord]]:
-    """Runs jobs through pipeline.ingest with ``teacher`` as the manager policy.
+    """Runs jobs through env.ingest with ``teacher`` as the manager policy.
 
     Jobs go in lockstep in batches of ``jobs_per_batch`` (bounding how many banks are alive at
     once). The state before each step comes from ingest's ``progress`` callback, which ingest
@@ -265,7 +265,7 @@ def run_ingest(
         expected = max(job.stop - job.start for job in batch)
         if steps != expected:
             raise RuntimeError(
-                f"pipeline.ingest reported {steps} steps for jobs of up to {expected} turns; the "
+                f"env.ingest reported {steps} steps for jobs of up to {expected} turns; the "
                 f"tuple builder relies on one progress call per lockstep step"
             )
         by_key = {job.key: job for job in batch}

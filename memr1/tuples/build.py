@@ -28,15 +28,11 @@ from memr1.tuples.schema import AnswerMemory, AnswerTuple, LinkedQA, ManagerTupl
 BUILDERS = ("observation", "teacher")
 WHOLE_HISTORY = -1
 
-# Tuples want every memory kept: an evicting bank would silently drop part of the history, so a
-# full bank raises instead (raise `capacity`). Exact search is the reference and is cheap at
-# the sizes of one conversation's bank.
-DEFAULT_BANK = BankSpec(capacity=1024, overflow="raise", retriever="exact_numpy")
-
 
 @dataclasses.dataclass(frozen=True)
 class TupleConfig:
-    """How tuples are built.
+    """How tuples are built: the config's tuples section, and the memory and agents settings
+    they share with evaluation (`from_config`).
 
     Attributes:
       builder: "observation" (every fact ADDed; free) or "teacher" (a manager policy or a
@@ -55,29 +51,58 @@ class TupleConfig:
       jobs_per_batch: windows a policy teacher builds side by side.
     """
 
-    builder: str = "observation"
-    window: int = 50
-    k_per_fact: int = 5
-    k_per_speaker: int = 30
-    only_with_qa: bool = True
-    fact_source: str = "observation"
-    bank: BankSpec = DEFAULT_BANK
-    style: str = "full"
-    teacher_sampling: SamplingConfig = SamplingConfig(max_new_tokens=512)
-    extract_sampling: SamplingConfig = SamplingConfig(max_new_tokens=256)
-    jobs_per_batch: int = 32
+    builder: str
+    window: int
+    k_per_fact: int
+    k_per_speaker: int
+    only_with_qa: bool
+    fact_source: str
+    bank: BankSpec
+    style: str
+    teacher_sampling: SamplingConfig
+    extract_sampling: SamplingConfig
+    jobs_per_batch: int
+
+    @classmethod
+    def from_config(cls, config) -> TupleConfig:
+        """The tuples of a `configs/memr1.py` config (see `configs/base.py` tuples_section)."""
+        t, m = config.tuples, config.memory
+        # Tuples want every memory kept: an evicting bank would silently drop part of the
+        # history, so a full bank raises instead (raise memory.capacity). Exact search is the
+        # reference and is cheap at the sizes of one conversation's bank.
+        bank = dataclasses.replace(
+            BankSpec.from_config(config), overflow="raise", retriever="exact_numpy"
+        )
+        return cls(
+            builder=t.builder,
+            window=t.window,
+            k_per_fact=m.k_per_fact,
+            k_per_speaker=m.k_per_speaker,
+            only_with_qa=t.only_with_qa,
+            fact_source=t.fact_source,
+            bank=bank,
+            style=config.agents.style,
+            teacher_sampling=SamplingConfig.from_config(config, "manager"),
+            extract_sampling=SamplingConfig.from_config(config, "extract"),
+            jobs_per_batch=t.jobs_per_batch,
+        )
 
     def validate(self) -> None:
-        """Raises ValueError naming the first bad setting."""
+        """Raises ValueError naming the first bad setting by its config key."""
         if self.builder not in BUILDERS:
-            raise ValueError(f"unknown builder {self.builder!r}; expected one of {BUILDERS}")
+            raise ValueError(f"config tuples.builder={self.builder!r}: expected one of {BUILDERS}")
         if self.fact_source not in FACT_SOURCES:
-            raise ValueError(f"unknown fact source {self.fact_source!r}; one of {FACT_SOURCES}")
+            raise ValueError(
+                f"config tuples.fact_source={self.fact_source!r}: expected one of {FACT_SOURCES}"
+            )
         if self.window < WHOLE_HISTORY:
-            raise ValueError(f"window must be >= 0, or -1 for the whole history: {self.window}")
-        for name in ("k_per_fact", "k_per_speaker", "jobs_per_batch"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+            raise ValueError(
+                f"config tuples.window={self.window}: must be >= 0, or -1 for the whole history"
+            )
+        for key in ("memory.k_per_fact", "memory.k_per_speaker", "tuples.jobs_per_batch"):
+            value = getattr(self, key.split(".")[1])
+            if value < 1:
+                raise ValueError(f"config {key}={value}: must be >= 1")
 
 
 @dataclasses.dataclass
@@ -224,7 +249,7 @@ def build_tuples(
     *,
     embed: EmbedFn,
     dim: int,
-    cfg: TupleConfig = TupleConfig(),
+    cfg: TupleConfig,
     teacher: Any = None,
     extractor: Any = None,
     key: jax.Array | None = None,
@@ -239,7 +264,7 @@ def build_tuples(
       dim: E.
       cfg: see TupleConfig.
       teacher: for ``cfg.builder == "teacher"``: a policy (``TextPolicy``, or any object with its
-        ``complete`` method), run through pipeline.ingest; or a callable
+        ``complete`` method), run through env.ingest; or a callable
         ``teacher(facts, retrieved) -> list[ManagerOp]``, its ops applied with
         ``ConversationMemory.apply``.
       extractor: the policy extracting facts when ``cfg.fact_source == "llm"`` (defaults to a
@@ -251,16 +276,8 @@ def build_tuples(
       The tuples, manager tuples in conversation and turn order, answer tuples in conversation
       and question order, and counts (see ``cli`` for their names).
     """
-    cfg.validate()
-    if cfg.builder == "teacher" and teacher is None:
-        raise ValueError("the teacher builder needs a teacher (a policy or a callable)")
-    if cfg.builder == "observation" and teacher is not None:
-        raise ValueError("the observation builder takes no teacher; use builder='teacher'")
-    if teacher is not None and not (_is_policy(teacher) or callable(teacher)):
-        raise TypeError(f"a teacher must be a policy or a callable, got {type(teacher).__name__}")
+    _check_inputs(conversations, cfg, teacher)
     ids = [c.sample_id for c in conversations]
-    if len(set(ids)) != len(ids):
-        raise ValueError("conversations must have distinct sample_ids")
     key = jax.random.key(0) if key is None else key
     log = log or (lambda line: None)
     if extractor is None and _is_policy(teacher):
@@ -294,6 +311,7 @@ def build_tuples(
             use_manager=True,
             k_per_fact=cfg.k_per_fact,
             style=cfg.style,
+            extract_sampling=cfg.extract_sampling,
             manager_sampling=cfg.teacher_sampling,
         )
         runs = banks.run_ingest(
@@ -311,7 +329,27 @@ def build_tuples(
         banks.run_direct(jobs, facts, teacher=teacher, k_per_fact=cfg.k_per_fact, **common)
     manager = [collector.manager[k] for k in sorted(collector.manager, key=_order(ids))]
     answer = [a for sample_id in ids for a in collector.answer[sample_id]]
-    counts = {
+    counts = _counts(conversations, fact_turns, with_qa, manager, answer, collector.final_sizes)
+    return TupleSet(manager=manager, answer=answer, counts=counts)
+
+
+def _check_inputs(conversations: Sequence[Conversation], cfg: TupleConfig, teacher: Any) -> None:
+    cfg.validate()
+    if cfg.builder == "teacher" and teacher is None:
+        raise ValueError("the teacher builder needs a teacher (a policy or a callable)")
+    if cfg.builder == "observation" and teacher is not None:
+        raise ValueError("the observation builder takes no teacher; use builder='teacher'")
+    if teacher is not None and not (_is_policy(teacher) or callable(teacher)):
+        raise TypeError(f"a teacher must be a policy or a callable, got {type(teacher).__name__}")
+    ids = [c.sample_id for c in conversations]
+    if len(set(ids)) != len(ids):
+        raise ValueError("conversations must have distinct sample_ids")
+
+
+def _counts(conversations, fact_turns, with_qa, manager, answer, final_sizes) -> dict:
+    """What a build wrote, for metadata.json and the CLI's summary."""
+    mean = lambda xs: float(np.mean(xs)) if xs else 0.0
+    return {
         "conversations": len(conversations),
         "turns": sum(c.num_turns for c in conversations),
         "turns_with_facts": fact_turns,
@@ -319,13 +357,10 @@ def build_tuples(
         "manager_without_qa": fact_turns - with_qa,
         "manager_written": len(manager),
         "answer": len(answer),
-        "mean_bank_size": float(np.mean([len(m.bank) for m in manager])) if manager else 0.0,
-        "mean_retrieved": float(np.mean([len(m.retrieved) for m in manager])) if manager else 0.0,
-        "mean_final_bank_size": float(np.mean(list(collector.final_sizes.values())))
-        if collector.final_sizes
-        else 0.0,
+        "mean_bank_size": mean([len(m.bank) for m in manager]),
+        "mean_retrieved": mean([len(m.retrieved) for m in manager]),
+        "mean_final_bank_size": mean(list(final_sizes.values())),
     }
-    return TupleSet(manager=manager, answer=answer, counts=counts)
 
 
 def _order(ids: list[str]):
@@ -347,6 +382,6 @@ def _check_same_view(collector: _Collector, job: banks.Job, record) -> None:
     if list(tuple_.retrieved) != [(int(i), text) for i, text in record.retrieved]:
         raise RuntimeError(
             f"{job.conv.sample_id} turn {record.dia_id}: the tuple's retrieved memories differ "
-            f"from those pipeline.ingest showed the teacher; banks.retrieve_for_facts must merge "
+            f"from those env.ingest showed the teacher; banks.retrieve_for_facts must merge "
             f"hits as ingest does"
         )

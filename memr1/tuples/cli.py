@@ -3,152 +3,127 @@
 Examples::
 
     # LoCoMo's training conversation (conv-26), banks from the dataset's own facts:
-    python -m memr1.tuples --dataset locomo --path locomo10.json --out tuples/train
+    python -m memr1.tuples --config configs/memr1.py:dataset=locomo,backbone=qwen2.5-7b \\
+        --config.data.path=locomo10.json --config.data.split=train --out tuples/train
     # A local checkpoint as the teacher manager, banks from the 24 turns before each turn:
-    python -m memr1.tuples --dataset locomo --path locomo10.json --builder teacher \\
-        --hf_dir ~/ckpt/Qwen2.5-7B-Instruct --window 24 --out tuples/train-qwen
+    python -m memr1.tuples --config configs/memr1.py:dataset=locomo,backbone=qwen2.5-7b \\
+        --config.data.path=locomo10.json --config.data.split=train \\
+        --config.tuples.builder=teacher --config.tuples.window=24 \\
+        --hf_dir ~/ckpt/Qwen2.5-7B-Instruct --out tuples/train-qwen
 
-The split defaults to Memory-R1's ``train`` for LoCoMo and to ``all`` for synthloco, whose
-files are already one split each. Bad input prints one ``error:`` line and exits with status 2
-without writing anything.
+The settings come from the same config as ``memr1.train`` and ``memr1.evaluate``: its tuples
+section (window W, builder, fact source; see ``configs/base.py``), the data section (which file
+and split: LoCoMo's default split is evaluation's, ``test``, so training tuples ask for
+``train``; synthloco files are one split each, ``all``), and the memory and agents settings that
+evaluation uses too. Only paths are flags: ``--out``, ``--hf_dir`` (the teacher or extractor
+model; default ``config.hf_dir``) and ``--embed_dir``. Bad input prints one ``error:`` line and
+exits with status 2 without writing anything.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import sys
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from memr1.data.errors import WHOLE_FILE, DataError
-from memr1.data.locomo import load_locomo
-from memr1.data.split import SPLITS, parse_ratios, split_conversations
+from memr1.data.errors import DataError
 
 PROG = "python -m memr1.tuples"
 DATASETS = ("locomo", "synthloco")
-DEFAULT_SPLIT = {"locomo": "train", "synthloco": "all"}
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="Write Memory-R1 manager and answer tuples.")
-    p.add_argument("--dataset", required=True, choices=DATASETS)
-    p.add_argument("--path", required=True, help="the LoCoMo-schema JSON file")
-    p.add_argument("--split", choices=(*SPLITS, "all"), help="default: train (locomo), all")
-    p.add_argument("--ratios", default="1:1:8", help="train:validation:test, by conversation")
-    p.add_argument("--max_conversations", type=int, default=-1, help="-1: every one")
-    p.add_argument("--builder", default="observation", choices=("observation", "teacher"))
-    p.add_argument("--window", type=int, default=50, help="W turns before t; -1: all of them")
-    p.add_argument("--k_per_fact", type=int, default=5)
-    p.add_argument("--k_per_speaker", type=int, default=30)
-    p.add_argument("--all_turns", action="store_true", help="keep turns no question cites")
-    p.add_argument("--fact_source", default="observation", choices=("observation", "turn", "llm"))
-    p.add_argument("--capacity", type=int, default=1024, help="memories per conversation bank")
-    p.add_argument("--embed_dir", help="sentence encoder folder (default: the pinned MiniLM)")
-    model = p.add_argument_group("teacher / extractor model (teacher builder, --fact_source llm)")
-    model.add_argument("--hf_dir", help="a local Hugging Face checkpoint folder")
-    model.add_argument("--tokenizer_dir", help="without --hf_dir: a random model, this tokenizer")
-    model.add_argument("--size", default="tiny", help="size of the random model")
-    model.add_argument("--max_new_tokens", type=int, default=512)
-    model.add_argument("--temperature", type=float, default=0.0)
-    model.add_argument("--batch_size", type=int, default=8)
-    model.add_argument("--max_prompt_tokens", type=int, default=4096)
-    model.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True, help="the tuples folder to create")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing tuples folder")
-    return p
+def _conversations(data: Any) -> list:
+    """The conversations of `config.data` (LoCoMo-schema files only: their turns carry facts)."""
+    from memr1.env.setup import load_conversations
+
+    if data.kind not in DATASETS:
+        raise ValueError(f"config data.kind={data.kind!r}: tuples are built from {DATASETS} files")
+    return load_conversations(data)
 
 
-def _conversations(args) -> tuple[list, str]:
-    conversations = load_locomo(args.path, source=args.dataset)
-    split = args.split or DEFAULT_SPLIT[args.dataset]
-    if split == "all":
-        chosen = split_conversations(conversations, (1,), names=("all",))["all"]
-    else:
-        chosen = split_conversations(conversations, parse_ratios(args.ratios))[split]
-    chosen = list(chosen if args.max_conversations < 0 else chosen[: args.max_conversations])
-    if not chosen:
-        raise DataError(args.path, WHOLE_FILE, "split", f"split {split!r} has no conversation")
-    return chosen, split
-
-
-def _policy(args):
+def _policy(config: Any, hf_dir: str | None):
     from memr1.env.load import load_backbone, make_policy
 
+    size = config.model.size
     backbone = load_backbone(
-        hf_dir=args.hf_dir, size=args.size, tokenizer_dir=args.tokenizer_dir, seed=args.seed
+        hf_dir=hf_dir, size=size, tokenizer_dir=config.tokenizer_dir, seed=config.seed
     )
-    name = Path(args.hf_dir).name if args.hf_dir else f"random-{args.size}"
+    name = Path(hf_dir).name if hf_dir else f"random-{size}"
     return make_policy(
-        backbone, batch_size=args.batch_size, max_prompt_tokens=args.max_prompt_tokens, name=name
+        backbone,
+        batch_size=config.agents.batch_size,
+        max_prompt_tokens=config.agents.max_prompt_tokens,
+        name=name,
     )
 
 
-def run(args) -> dict:
-    """Builds and writes the tuples for parsed arguments; returns the counts."""
+def run(
+    config: Any,
+    *,
+    out: str | Path,
+    overwrite: bool = False,
+    hf_dir: str | None = None,
+    embed_dir: str | None = None,
+) -> dict:
+    """Builds and writes the tuples of `config` into `out`; returns the counts."""
     from memr1.tuples import io
 
-    needs_model = args.builder == "teacher" or args.fact_source == "llm"
-    if needs_model and not (args.hf_dir or args.tokenizer_dir):
+    t = config.tuples
+    hf_dir = hf_dir or config.hf_dir
+    needs_model = t.builder == "teacher" or t.fact_source == "llm"
+    if needs_model and not (hf_dir or config.tokenizer_dir):
         raise ValueError(
-            "the teacher builder and --fact_source llm need --hf_dir or --tokenizer_dir"
+            "config tuples.builder=teacher and tuples.fact_source=llm need a model: --hf_dir, "
+            "or config.tokenizer_dir for a random one"
         )
-    if not needs_model and (args.hf_dir or args.tokenizer_dir):
-        raise ValueError("--hf_dir/--tokenizer_dir are only used by --builder teacher or llm facts")
-    out = Path(args.out)
-    io.check_destination(out, overwrite=args.overwrite)
-    conversations, split = _conversations(args)
+    if not needs_model and (hf_dir or config.tokenizer_dir):
+        raise ValueError(
+            "--hf_dir / config.tokenizer_dir are only used by tuples.builder=teacher or "
+            "tuples.fact_source=llm"
+        )
+    out = Path(out)
+    io.check_destination(out, overwrite=overwrite)
+    conversations = _conversations(config.data)
     # Heavy imports (JAX, the models) wait until the cheap checks have passed.
     import jax
 
     from memr1.embed import Encoder
-    from memr1.env.policy import SamplingConfig
-    from memr1.tuples.build import DEFAULT_BANK, TupleConfig, build_tuples
+    from memr1.tuples.build import TupleConfig, build_tuples
 
-    sampling = SamplingConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
-    cfg = TupleConfig(
-        builder=args.builder,
-        window=args.window,
-        k_per_fact=args.k_per_fact,
-        k_per_speaker=args.k_per_speaker,
-        only_with_qa=not args.all_turns,
-        fact_source=args.fact_source,
-        bank=dataclasses.replace(DEFAULT_BANK, capacity=args.capacity),
-        teacher_sampling=sampling,
-        extract_sampling=sampling,
-    )
+    cfg = TupleConfig.from_config(config)
     cfg.validate()
-    policy = _policy(args) if needs_model else None
-    encoder = Encoder.from_dir(args.embed_dir)
+    policy = _policy(config, hf_dir) if needs_model else None
+    encoder = Encoder.from_dir(embed_dir)
     tuples = build_tuples(
         conversations,
         embed=encoder.encode,
         dim=encoder.dim,
         cfg=cfg,
-        teacher=policy if args.builder == "teacher" else None,
+        teacher=policy if cfg.builder == "teacher" else None,
         extractor=policy,
-        key=jax.random.key(args.seed),
+        key=jax.random.key(config.seed),
         log=lambda line: print(line, file=sys.stderr),
     )
+    data = config.data
     metadata = {
-        "dataset": args.dataset,
-        "path": str(args.path),
-        "split": split,
-        "ratios": args.ratios,
+        "dataset": data.kind,
+        "path": str(data.path),
+        "split": data.split,
+        "ratios": data.ratios,
         "sample_ids": [c.sample_id for c in conversations],
-        "builder": args.builder,
-        "teacher": None if policy is None else (args.hf_dir or f"random {args.size}"),
-        "fact_source": args.fact_source,
-        "window": args.window,
-        "k_per_fact": args.k_per_fact,
-        "k_per_speaker": args.k_per_speaker,
-        "only_with_qa": not args.all_turns,
-        "capacity": args.capacity,
-        "embed_dir": args.embed_dir or "pinned MiniLM-L6-v2",
-        "seed": args.seed,
+        "builder": cfg.builder,
+        "teacher": None if policy is None else (hf_dir or f"random {config.model.size}"),
+        "fact_source": cfg.fact_source,
+        "window": cfg.window,
+        "k_per_fact": cfg.k_per_fact,
+        "k_per_speaker": cfg.k_per_speaker,
+        "only_with_qa": cfg.only_with_qa,
+        "capacity": cfg.bank.capacity,
+        "embed_dir": embed_dir or "pinned MiniLM-L6-v2",
+        "seed": config.seed,
         "counts": tuples.counts,
     }
-    io.write_tuples(out, tuples.manager, tuples.answer, metadata, overwrite=args.overwrite)
+    io.write_tuples(out, tuples.manager, tuples.answer, metadata, overwrite=overwrite)
     return tuples.counts
 
 
@@ -170,15 +145,24 @@ def format_counts(counts: dict, out: str) -> str:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The command line; returns the exit status."""
-    args = _parser().parse_args(argv)
+def main(
+    config: Any,
+    *,
+    out: str | None,
+    overwrite: bool = False,
+    hf_dir: str | None = None,
+    embed_dir: str | None = None,
+) -> int:
+    """The command line after flag parsing (`memr1.tuples.__main__`); returns the exit status."""
     from memr1.memory import BankOverflowError
 
+    if not out:
+        print(f"{PROG}: error: --out is required (the tuples folder to create)", file=sys.stderr)
+        return 2
     try:
-        counts = run(args)
+        counts = run(config, out=out, overwrite=overwrite, hf_dir=hf_dir, embed_dir=embed_dir)
     except (DataError, ValueError, OSError, BankOverflowError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
-    print(format_counts(counts, args.out))
+    print(format_counts(counts, out))
     return 0

@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from array_record.python.array_record_module import ArrayRecordReader, ArrayRecordWriter
 
+from memr1.atomic import atomic_dir
 from memr1.data.errors import WHOLE_FILE, DataError, read_json
+from memr1.data.source import parse_source
 from memr1.tuples.schema import (
     SCHEMA_VERSION,
     TUPLE_KINDS,
@@ -39,17 +39,14 @@ from memr1.tuples.schema import (
     to_json,
 )
 
+if TYPE_CHECKING:
+    from memr1.tuples.tfds_builder import TfdsTupleReader
+
 FORMAT = "memr1-tuples"
 METADATA = "metadata.json"
 FILES = {kind: f"{kind}.array_record" for kind in TUPLE_KINDS}
 _WRITER_OPTIONS = "group_size:1"
 _RANDOM_ACCESS = "readahead_buffer_size:0,max_parallelism:0"
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _write_records(path: Path, records: Iterable[ManagerTuple | AnswerTuple]) -> int:
@@ -90,9 +87,7 @@ def write_tuples(
     """
     out = Path(out_dir)
     check_destination(out, overwrite=overwrite)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
-    try:
+    with atomic_dir(out) as tmp:
         counts = {
             "manager": _write_records(tmp / FILES["manager"], manager),
             "answer": _write_records(tmp / FILES["answer"], answer),
@@ -104,15 +99,8 @@ def write_tuples(
             "build": dict(metadata),
         }
         (tmp / METADATA).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
-        for path in tmp.iterdir():
-            with open(path, "rb") as handle:
-                os.fsync(handle.fileno())
-        # mkdtemp makes the folder 0700; give it what a plain mkdir would.
-        os.chmod(tmp, 0o777 & ~_umask())
-        _publish(tmp, out, overwrite)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        # Checked again: the destination may have changed while the tuples were written.
+        check_destination(out, overwrite=overwrite)
     return out
 
 
@@ -124,18 +112,6 @@ def check_destination(out: Path, *, overwrite: bool) -> None:
         raise FileExistsError(f"{out} exists and is not a tuples folder; refusing to replace it")
     if not overwrite:
         raise FileExistsError(f"{out} already holds tuples; pass --overwrite to replace them")
-
-
-def _publish(tmp: Path, out: Path, overwrite: bool) -> None:
-    check_destination(out, overwrite=overwrite)
-    if out.exists() and any(out.iterdir()):
-        old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))
-        os.replace(out, old / out.name)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        # Renaming a folder onto an empty one replaces it.
-        os.replace(tmp, out)
 
 
 def read_metadata(folder: str | os.PathLike) -> dict[str, Any]:
@@ -203,7 +179,22 @@ class TupleReader:
         self.close()
 
 
-def read_tuples(folder: str | os.PathLike, kind: str) -> list[ManagerTuple | AnswerTuple]:
-    """Every tuple of ``kind`` ("manager" or "answer") in a folder, in stored order."""
-    with TupleReader(folder, kind) as reader:
+def open_tuples(source: str | os.PathLike, kind: str) -> TupleReader | TfdsTupleReader:
+    """A random-access reader (``len``, ``[i]``, iteration, ``close``) of the tuples of ``kind``.
+
+    ``source`` is a tuples folder (``TupleReader``) or a built TFDS dataset written
+    ``tfds:DATA_DIR[:SPLIT]`` (``tfds_builder.TfdsTupleReader``; the split defaults to ``train``,
+    or the only one). Both give the tuples in stored order.
+    """
+    tfds_source = parse_source(source)
+    if tfds_source is None:
+        return TupleReader(source, kind)
+    from memr1.tuples.tfds_builder import TfdsTupleReader  # TFDS is imported only when used
+
+    return TfdsTupleReader(tfds_source.data_dir, kind, tfds_source.split)
+
+
+def read_tuples(source: str | os.PathLike, kind: str) -> list[ManagerTuple | AnswerTuple]:
+    """Every tuple of ``kind`` ("manager" or "answer") of a source (``open_tuples``), in order."""
+    with open_tuples(source, kind) as reader:
         return list(reader)

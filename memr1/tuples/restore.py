@@ -12,7 +12,6 @@ import itertools
 
 from memr1.env.manager_io import ManagerOp
 from memr1.env.memory_store import TURN_BASE, BankSpec, ConversationMemory, EmbedFn
-from memr1.tuples.build import DEFAULT_BANK
 from memr1.tuples.schema import ManagerTuple
 
 
@@ -26,7 +25,7 @@ def _turn_number(dia_id: str) -> int:
 
 
 def restore_memory(
-    record: ManagerTuple, *, embed: EmbedFn, dim: int, spec: BankSpec = DEFAULT_BANK
+    record: ManagerTuple, *, embed: EmbedFn, dim: int, spec: BankSpec
 ) -> tuple[ConversationMemory, dict[int, int]]:
     """Rebuilds the bank a manager tuple was cut from.
 
@@ -34,7 +33,7 @@ def restore_memory(
       record: the tuple.
       embed: the encoder the tuples were built with (texts -> emb_QE [Q, E]).
       dim: E.
-      spec: the bank's capacity and retriever (default: the tuple builder's).
+      spec: the bank's capacity and retriever (e.g. the tuple builder's, `TupleConfig.bank`).
 
     Returns:
       ``(memory, ids)``: the live bank, with every snapshot memory re-added in id order under

@@ -9,8 +9,10 @@ so the three Memory-R1 splits built separately become one dataset. Two configs:
 * ``answer``: one example per AnswerTuple, keyed ``"<sample_id>/<qa index>"``.
 
 An example stores a few fields to filter on (``sample_id``, ``index``, ``has_qa``) and the
-whole tuple as its JSON record; ``decode_example`` turns an example back into the dataclass.
-Importing this module registers the builder as ``memr1_tuples``.
+whole tuple as its JSON record; ``decode_example`` turns an example back into the dataclass and
+``TfdsTupleReader`` reads a split as ``io.TupleReader`` reads a folder. Built by
+``python -m memr1.tuples.to_tfds``; read by training as ``--tuples=tfds:DATA_DIR[:SPLIT]``
+(``io.open_tuples``). Importing this module registers the builder as ``memr1_tuples``.
 """
 
 from __future__ import annotations
@@ -26,8 +28,17 @@ from etils import epath
 from tensorflow_datasets.core import utils as tfds_utils
 
 from memr1.data.errors import DataError
+from memr1.data.tfds.builders import prepare
+from memr1.data.tfds.read import open_split
 from memr1.tuples.io import METADATA, TupleReader, read_metadata
-from memr1.tuples.schema import TUPLE_KINDS, AnswerTuple, ManagerTuple, from_json, to_json
+from memr1.tuples.schema import (
+    TUPLE_KINDS,
+    AnswerTuple,
+    ManagerTuple,
+    SchemaError,
+    from_json,
+    to_json,
+)
 
 NAME = "memr1_tuples"
 
@@ -123,14 +134,66 @@ def decode_example(example: dict[str, Any], kind: str) -> ManagerTuple | AnswerT
     return from_json(kind, example["record"])
 
 
-def build(manual_dir: str | Path, data_dir: str | Path, kind: str) -> tfds.core.DatasetBuilder:
+class TfdsTupleReader:
+    """Random access to one split of a built ``memr1_tuples`` config, like ``io.TupleReader``.
+
+    ``len``, ``reader[i]`` and iteration give the tuples in the order they were stored (the
+    builder keeps it), so a training loop that indexes rows by position reads the same rows from
+    either source, and resumes by position alike.
+    """
+
+    def __init__(self, data_dir: str | Path, kind: str, split: str | None = None):
+        if kind not in TUPLE_KINDS:
+            raise ValueError(f"unknown tuple kind {kind!r}; expected one of {sorted(TUPLE_KINDS)}")
+        hint = f"python -m memr1.tuples.to_tfds --source TUPLES_DIR --data_dir {data_dir}"
+        self.kind = kind
+        self.split, self._source = open_split(
+            Memr1Tuples, kind, str(data_dir), split, "train", hint
+        )
+        self._where = f"{data_dir}:{self.split} ({NAME}/{kind})"
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+    def __getitem__(self, index: int) -> ManagerTuple | AnswerTuple:
+        size = len(self._source)
+        if not -size <= index < size:
+            raise IndexError(f"{self._where}: record {index} of {size}")
+        index %= size
+        try:
+            return decode_example(self._source[index], self.kind)
+        except SchemaError as err:
+            raise DataError(self._where, f"record {index}", err.field, err.problem) from err
+
+    def __iter__(self) -> Iterator[ManagerTuple | AnswerTuple]:
+        for index in range(len(self)):
+            yield self[index]
+
+    def close(self) -> None:
+        """Closes the files the data source opened (it opens each on its first read)."""
+        readers = getattr(self._source, "data_source", None)  # array_record's, a context manager
+        if readers is not None:
+            readers.__exit__(None, None, None)
+
+    def __enter__(self) -> TfdsTupleReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def build(
+    manual_dir: str | Path, data_dir: str | Path, kind: str, *, overwrite: bool = False
+) -> tfds.core.DatasetBuilder:
     """Builds config ``kind`` ("manager" or "answer") as array_record files under ``data_dir``.
 
+    ``overwrite`` rebuilds a dataset that is already there (else FileExistsError).
+
     Returns:
-      The prepared builder; read it with ``builder.as_data_source()`` or
+      The prepared builder; read it with ``TfdsTupleReader``, ``builder.as_data_source()`` or
       ``tfds.data_source(f"memr1_tuples/{kind}", data_dir=data_dir)``.
     """
+    if kind not in TUPLE_KINDS:
+        raise ValueError(f"unknown tuple kind {kind!r}; expected one of {sorted(TUPLE_KINDS)}")
     builder = Memr1Tuples(config=kind, data_dir=str(data_dir), file_format="array_record")
-    download_config = tfds.download.DownloadConfig(manual_dir=str(manual_dir))
-    builder.download_and_prepare(download_config=download_config)
-    return builder
+    return prepare(builder, manual_dir, overwrite=overwrite)

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-from memr1.data import errors
 from memr1.data.errors import WHOLE_FILE, DataError
 from memr1.data.locomo import load_locomo
 from tests import data_fixtures as fixtures
@@ -127,17 +125,3 @@ def test_not_utf8(tmp_path):
     with pytest.raises(DataError) as caught:
         load_locomo(path)
     assert_points_at(caught.value, path, WHOLE_FILE, "<bytes>")
-
-
-def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
-    path = errors.write_text_atomic(tmp_path / "out.json", "old")
-
-    def refuse(src, dst):
-        raise OSError("disk full")
-
-    monkeypatch.setattr(os, "replace", refuse)
-    with pytest.raises(OSError, match="disk full"):
-        errors.write_json_atomic(path, {"new": True})
-    monkeypatch.undo()
-    assert path.read_text() == "old"
-    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]

@@ -83,8 +83,8 @@ def test_conversations_config_round_trip(name, manual_dirs, tmp_path):
                 rows = example[key]
                 example[key] = {k: [row[k] for row in rows] for k in sorted(rows[0])}
         assert got == want, split
-    assert (tmp_path / name / "conversations" / "1.0.0").is_dir()
-    assert list((tmp_path / name / "conversations" / "1.0.0").glob("*.array_record*"))
+    assert (tmp_path / name / "conversations" / "1.1.0").is_dir()
+    assert list((tmp_path / name / "conversations" / "1.1.0").glob("*.array_record*"))
 
 
 def test_split_without_examples_is_left_out(tmp_path):

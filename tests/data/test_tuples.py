@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from configs import memr1 as memr1_config
 from memr1.data.locomo import load_locomo
 from memr1.data.split import split_conversations
 from memr1.data.synthloco import generate as synth
@@ -54,8 +55,17 @@ def synth_conversations(root: Path) -> list:
     return list(split_conversations(convs, (1,), names=("all",))["all"])
 
 
+def tuple_config(**overrides) -> TupleConfig:
+    """The tuples of configs/memr1.py (3 memories per fact and 4 per speaker, the full prompt
+    style), with `overrides` (TupleConfig fields) replaced."""
+    config = memr1_config.get_config()
+    config.memory.update(k_per_fact=3, k_per_speaker=4)
+    config.agents.style = "full"
+    return dataclasses.replace(TupleConfig.from_config(config), **overrides)
+
+
 def build(convs, teacher=None, **overrides):
-    cfg = TupleConfig(**{"k_per_fact": 3, "k_per_speaker": 4, **overrides})
+    cfg = tuple_config(**overrides)
     return build_tuples(convs, embed=fake_embed, dim=DIM, cfg=cfg, teacher=teacher)
 
 
@@ -207,7 +217,7 @@ def test_answer_tuples_hold_each_speakers_top_k(convs, every_turn):
 def test_a_restored_snapshot_reproduces_the_managers_view(convs):
     tuples = build(convs, builder="teacher", teacher=merge_into_first, window=-1).manager
     m = max(tuples, key=lambda t: len(t.bank))
-    memory, ids = restore_memory(m, embed=fake_embed, dim=DIM)
+    memory, ids = restore_memory(m, embed=fake_embed, dim=DIM, spec=tuple_config().bank)
     assert [(x.text, x.owner, x.updated) for x in memory.memories()] == [
         (x.text, x.owner, x.updated) for x in m.bank
     ]
@@ -281,10 +291,10 @@ def test_building_is_deterministic(convs):
 @pytest.mark.parametrize(
     ("overrides", "teacher", "message"),
     [
-        ({"builder": "llm"}, None, "unknown builder"),
-        ({"window": -2}, None, "window"),
-        ({"k_per_fact": 0}, None, "k_per_fact"),
-        ({"fact_source": "summary"}, None, "fact source"),
+        ({"builder": "llm"}, None, r"tuples\.builder='llm'"),
+        ({"window": -2}, None, r"tuples\.window=-2"),
+        ({"k_per_fact": 0}, None, r"memory\.k_per_fact=0"),
+        ({"fact_source": "summary"}, None, r"tuples\.fact_source='summary'"),
         ({"builder": "teacher"}, None, "needs a teacher"),
         ({}, add_every_fact, "takes no teacher"),
     ],
@@ -297,3 +307,35 @@ def test_bad_settings_are_named(convs, overrides, teacher, message):
 def test_duplicate_conversations_are_refused(convs):
     with pytest.raises(ValueError, match="distinct sample_ids"):
         build([convs[0], convs[0]])
+
+
+def test_tuple_config_reads_the_config():
+    config = memr1_config.get_config()
+    cfg = TupleConfig.from_config(config)
+    # Algorithm 1's W (its text says 24), the dataset's own facts, no model, cited turns only.
+    assert (cfg.window, cfg.builder, cfg.fact_source, cfg.only_with_qa) == (
+        50,
+        "observation",
+        "observation",
+        True,
+    )
+    config.tuples.update(window=24, builder="teacher", only_with_qa=False, jobs_per_batch=3)
+    config.memory.update(capacity=77, text_bytes=99, k_per_fact=2, k_per_speaker=6)
+    config.memory.update(overflow="evict_oldest", retriever="scann")
+    config.agents.update(temperature=0.5, manager_max_new_tokens=11, extract_max_new_tokens=12)
+    config.agents.style = "full"
+    cfg = TupleConfig.from_config(config)
+    got = (cfg.window, cfg.builder, cfg.only_with_qa, cfg.jobs_per_batch)
+    assert got == (24, "teacher", False, 3)
+    assert (cfg.k_per_fact, cfg.k_per_speaker, cfg.style) == (2, 6, "full")
+    # Every memory is kept (a full bank raises) and searched exactly, whatever evaluation uses.
+    bank = cfg.bank
+    assert (bank.capacity, bank.text_bytes, bank.overflow, bank.retriever) == (
+        77,
+        99,
+        "raise",
+        "exact_numpy",
+    )
+    teacher, extract = cfg.teacher_sampling, cfg.extract_sampling
+    assert (teacher.temperature, teacher.max_new_tokens) == (0.5, 11)
+    assert (extract.temperature, extract.max_new_tokens) == (0.5, 12)

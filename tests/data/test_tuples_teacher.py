@@ -1,12 +1,13 @@
 """Smoke test of the teacher builder with a real (random, tiny) TextPolicy from the command line.
 
 A random model writes no usable op, so every turn's reply is rejected and the banks stay empty;
-what is checked is that a real policy drives pipeline.ingest end to end and the tuples are
+what is checked is that a real policy drives env.ingest end to end and the tuples are
 written, linked and counted all the same.
 """
 
 from __future__ import annotations
 
+from configs import memr1 as memr1_config
 from memr1.data.locomo import load_locomo
 from memr1.models.tokenizer_train import train_bpe_tokenizer
 from memr1.tuples import read_metadata, read_tuples
@@ -19,11 +20,14 @@ def test_cli_teacher_builder_with_a_random_tiny_model(tmp_path, capsys):
     texts = [t.text for c in load_locomo(path) for t in c.iter_turns()]
     train_bpe_tokenizer(texts, tmp_path / "tokenizer", vocab_size=400)
     out = tmp_path / "tuples"
-    args = ["--dataset", "synthloco", "--path", str(path), "--out", str(out)]
+    config = memr1_config.get_config("dataset=synthloco")
+    config.data.path = str(path)
+    config.tuples.update(builder="teacher", window=-1)
+    config.tokenizer_dir = str(tmp_path / "tokenizer")  # a random tiny model with this tokenizer
     # Short prompts and replies keep the sampler's compiled shapes few and small.
-    model = ["--tokenizer_dir", str(tmp_path / "tokenizer"), "--batch_size", "4"]
-    model += ["--max_new_tokens", "4", "--max_prompt_tokens", "256"]
-    code = main([*args, "--builder", "teacher", "--window", "-1", *model])
+    config.agents.update(style="full", batch_size=4, manager_max_new_tokens=4)
+    config.agents.max_prompt_tokens = 256
+    code = main(config, out=str(out))
     printed = capsys.readouterr()
     assert code == 0, printed.err
     manager = read_tuples(out, "manager")

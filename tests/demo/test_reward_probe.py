@@ -20,6 +20,7 @@ from memr1.env.manager_io import ADD, DELETE, UPDATE, parse_manager_output, rend
 from memr1.env.manager_reward import RewardEnv
 from memr1.env.memory_store import BankSpec
 from memr1.tuples.schema import LinkedQA, ManagerTuple, MemoryRecord
+from tests.train import tiny
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,11 +106,15 @@ def _state(fact, memories, question, answer):
 
 def _probe(state, op, delete_add_ok=False):
     """(gold group, mean reward per behaviour) of one state through the careful rule reader."""
+    config = tiny.config()
+    config.memory.update(k_per_speaker=2, capacity=8, text_bytes=64, retriever="exact_numpy")
+    config.agents.update(style="compact", distill=True, temperature=0.0)
+    config.agents.answer_max_new_tokens = 256
     env = RewardEnv(
         answerer=RuleReader(),
         embed=_words,
-        answer=AnswerConfig(k_per_speaker=2, style="compact"),
-        bank=BankSpec(capacity=8, text_bytes=64, retriever="exact_numpy"),
+        answer=AnswerConfig.from_config(config),
+        bank=BankSpec.from_config(config),
     )
     got = probe_rewards([state], {("s", "D2:1"): {"op": op, "delete_add_ok": delete_add_ok}}, env)
     assert got["states"] == 1

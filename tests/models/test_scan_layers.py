@@ -18,6 +18,7 @@ from memr1.models.config import get_size
 from memr1.models.transformer import Transformer, abstract_model
 from memr1.rl.logprobs import sequence_logprobs
 from memr1.train import lora
+from tests.train import tiny
 
 CFG = get_size(
     "tiny",
@@ -74,7 +75,7 @@ def test_loss_and_gradients_match_the_loop(remat):
 
 
 def test_lora_adapters_are_scanned_with_their_layers():
-    rule = lora.LoraConfig(rank=2, alpha=4.0)
+    rule = lora.LoraConfig.from_config(tiny.config(lora_rank=2, lora_alpha=4.0))
     loop_model = lora.module_fn(CFG, rule)()
     scan_model = lora.module_fn(CFG.replace(scan_layers=True), rule)()
     # B starts at zero; a random B makes the adapters' own contribution visible in the loss.
@@ -87,7 +88,9 @@ def test_lora_adapters_are_scanned_with_their_layers():
 
 
 def test_layers_that_differ_are_refused():
-    rule = lora.LoraConfig(rank=2, alpha=4.0, module_path="layers/0/attn")
+    rule = lora.LoraConfig.from_config(
+        tiny.config(lora_rank=2, lora_alpha=4.0, lora_module_path="layers/0/attn")
+    )
     model = lora.module_fn(CFG.replace(scan_layers=True), rule)()
     with pytest.raises(ValueError, match="layer 1 differs from layer 0"):
         _loss_and_grads(model, nnx.LoRAParam)

@@ -14,6 +14,7 @@ import pytest
 from configs import memr1 as memr1_config
 from memr1 import evaluate
 from memr1.data.locomo import load_locomo
+from tests.train import tiny
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,7 +109,7 @@ def test_cli_bad_input_exits_2_and_writes_nothing(synth_dir, tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert str(bad) in proc.stderr
     assert not workdir.exists()
-    assert not list(tmp_path.glob(".out.partial-*"))
+    assert [p.name for p in tmp_path.iterdir()] == ["bad.json"]  # no temporary left
 
 
 def _check_inspector(workdir, memory):
@@ -143,7 +144,7 @@ def test_memory_r1_loads_each_agent_from_its_own_checkpoint(synth_dir, tmp_path)
     m = mesh.build_mesh(1, 1, 1, model_cfgs=[backbone.cfg])
     saved = {}
     for name, seed in (("manager", 11), ("answer", 12)):
-        _, st = state.create_train_state(m, backbone.cfg, seed=seed)
+        _, st = state.create_train_state(m, backbone.cfg, tiny.optim(), seed=seed)
         with Checkpointer(tmp_path / name) as ckpt:
             ckpt.save(1, st, {"next_step": 1})
         saved[name] = st.params

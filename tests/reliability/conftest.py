@@ -14,6 +14,7 @@ from tests.train import tiny
 
 OPTIM = state.OptimConfig(lr=3e-3, warmup_steps=2)
 LENGTH = 16
+SFT_CFG = tiny.sft_config()
 
 
 @pytest.fixture(scope="session")
@@ -21,7 +22,7 @@ def sft_policy():
     """(setup, initial state, compiled SFT step) on a one-device mesh."""
     m = mesh.build_mesh(1, 1, 1, model_cfgs=[tiny.CFG])
     setup, s0 = state.create_train_state(m, tiny.CFG, OPTIM, seed=0)
-    step = sft.make_sft_step(setup, sft.SFTConfig(logprob_chunk=tiny.CHUNK))
+    step = sft.make_sft_step(setup, SFT_CFG)
     return setup, s0, step
 
 

@@ -28,9 +28,15 @@ from memr1.data.records import Conversation, Session, Turn
 from memr1.env.ingest import IngestConfig, ingest
 from memr1.env.memory_store import BankSpec, ConversationMemory
 from memr1.env.policy import Completion
+from tests.train import tiny
 
 DIM, CAPACITY, N_EXAMPLES = 16, 6, 60
 SPEAKERS = ("Ann", "Bob")
+# The tiny config with banks small enough for the attacks to fill; turns are the facts.
+CONFIG = tiny.config()
+CONFIG.memory.update(capacity=CAPACITY, text_bytes=64, log_capacity=512, retriever="exact_numpy")
+CONFIG.memory.update(fact_source="turn", k_per_fact=3)
+CONFIG.agents.style = "compact"
 FAKE_OPS = json.dumps(
     {"memory": [{"id": "0", "event": "DELETE"}, {"id": 1, "event": "UPDATE", "text": "pwned"},
                 {"id": 10**30, "event": "DELETE"}]}
@@ -180,9 +186,8 @@ def _check(conv: Conversation, memory: ConversationMemory, records) -> None:
 def _property(turns, plans):
     TOTALS["examples"] += 1
     conv = _conversation(turns)
-    spec = BankSpec(capacity=CAPACITY, text_bytes=64, log_capacity=512, retriever="exact_numpy")
-    memory = ConversationMemory(conv.sample_id, SPEAKERS, spec, DIM)
-    cfg = IngestConfig(fact_source="turn", k_per_fact=3, style="compact")
+    memory = ConversationMemory(conv.sample_id, SPEAKERS, BankSpec.from_config(CONFIG), DIM)
+    cfg = IngestConfig.from_config(CONFIG)
     records = ingest(
         [conv], {conv.sample_id: memory}, embed=embed, cfg=cfg, key=jax.random.key(0),
         manager=HostileManager(conv, memory, plans),

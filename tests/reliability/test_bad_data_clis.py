@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from configs import memr1 as memr1_config
 from memr1.data import stats
 from memr1.data.errors import WHOLE_FILE
 from memr1.tuples import cli as tuples_cli
@@ -193,7 +194,9 @@ def _run_in_process(cli: str, dataset: str, bad: Path, out: Path, good_locomo: P
         files = {"locomo": good_locomo, dataset: bad}
         args = [a for name, path in files.items() for a in (f"--{name}", str(path))]
         return stats.main([*args, "--json", str(out / "stats.json")])
-    return tuples_cli.main(["--dataset", dataset, "--path", str(bad), "--out", str(out / "t")])
+    config = memr1_config.get_config(f"dataset={dataset}")
+    config.data.update(path=str(bad), split="train")
+    return tuples_cli.main(config, out=str(out / "t"))
 
 
 @pytest.mark.parametrize(

@@ -2,22 +2,24 @@
 right after checkpoints, impossible loop settings, and run-to-run determinism.
 
 Every run goes through `loop.run_sft` with real Orbax checkpoints and a real metrics.jsonl; the
-poisoned steps are poisoned inside the jitted update (LoopConfig.inject_nonfinite), so the NaN/inf
-guard under test is the production one.
+poisoned steps run a twin of the update built with `memr1.train.faults` (the same step, its loss or
+gradients scaled by NaN/inf before the guard), so the NaN/inf guard under test is the production
+one, and every other step runs the production step itself.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
 import numpy as np
 import pytest
 
-from memr1.train import loop, mesh, state
+from memr1.train import faults, loop, mesh, sft, state
 from memr1.train.checkpoint import Checkpointer
 from memr1.train.metrics_log import MetricsWriter, NonFiniteError, is_wall_clock, read_jsonl
-from tests.reliability.conftest import LENGTH, OPTIM
+from tests.reliability.conftest import LENGTH, OPTIM, SFT_CFG
 from tests.train import tiny
 
 
@@ -26,11 +28,15 @@ class Killed(Exception):
 
 
 def _run(policy, pairs, workdir, *, steps, every=1, seed=0, s0=None, step_fn=None,
-         checkpointer=Checkpointer, **cfg):  # fmt: skip
+         checkpointer=Checkpointer, inject_nonfinite=(), **cfg):  # fmt: skip
     setup, initial, step = policy
-    loop_cfg = loop.LoopConfig(
-        steps=steps, batch_size=4, checkpoint_every=every, seed=seed, desc="test", **cfg
-    )
+    if inject_nonfinite:
+        # The compiled production step for ordinary steps, a poisoned twin for the others.
+        build = lambda hook: (
+            step if hook is None else sft.make_sft_step(setup, SFT_CFG, before_guard=hook)
+        )
+        step_fn = faults.inject_nonfinite(build, inject_nonfinite)
+    loop_cfg = tiny.loop_config(seed=seed, steps=steps, batch_size=4, checkpoint_every=every, **cfg)
     with (
         checkpointer(workdir / "ckpt", keep=20) as ckpt,
         MetricsWriter(workdir / "logs", tensorboard=False) as writer,
@@ -154,13 +160,11 @@ def test_a_killed_run_resumes_to_the_same_state_and_the_same_log(
         ({"batch_size": 0}, "train.batch_size=0"),
         ({"group_size": 1.5}, "train.group_size=1.5"),
         ({"on_nonfinite": "ignore"}, "train.on_nonfinite='ignore'"),
-        ({"inject_nonfinite": ((2, "weights"),)}, "inject_nonfinite"),
     ],
 )
 def test_impossible_loop_settings_are_refused_by_name(change, field):
-    settings = {"steps": 4, "batch_size": 2, **change}
     with pytest.raises(ValueError) as caught:
-        loop.LoopConfig(**settings)
+        dataclasses.replace(tiny.loop_config(steps=4, batch_size=2), **change)
     assert field in str(caught.value)
 
 

@@ -53,6 +53,7 @@ from memr1.sampling.layout import (  # noqa: E402
 )
 from memr1.train import mesh, state  # noqa: E402
 from tests.sampling.hlo_text import Module, elements  # noqa: E402
+from tests.train import tiny  # noqa: E402
 
 # Dimensions chosen so that no activation of the programs below has a weight's element count.
 CFG = get_size(
@@ -149,7 +150,7 @@ def check_hlo() -> dict:
     out = {}
     for shape in ((1, 8, 1), (1, 4, 2)):
         m = mesh.build_mesh(*shape, model_cfgs=[CFG])
-        setup, _ = state.create_train_state(m, CFG, materialize=False)
+        setup, _ = state.create_train_state(m, CFG, tiny.optim(), materialize=False)
         abstract = setup.abstract_state.params
         sizes = weight_sizes(abstract)
         whole = {elements(x.shape) for x in jax.tree.leaves(abstract) if CFG.d_model in x.shape}
@@ -178,14 +179,14 @@ def check_outputs() -> dict:
     """The decode copy on several meshes samples what one device samples (float32 compute)."""
     cfg = CFG.replace(dtype="float32")
     one = mesh.build_mesh(1, 1, 1, devices=jax.devices()[:1])
-    setup1, s1 = state.create_train_state(one, cfg, seed=0)
+    setup1, s1 = state.create_train_state(one, cfg, tiny.optim(), seed=0)
     sampler = Sampler(cfg, setup1.graphdef)
     kw = dict(key=jax.random.key(1), max_new_tokens=NEW, num_samples=G, temperature=1.0)
     ref = sampler.generate(s1.params, PROMPTS, **kw)
     diffs = {}
     for shape in ((1, 8, 1), (1, 4, 2), (2, 2, 2)):
         m = mesh.build_mesh(*shape, model_cfgs=[cfg])
-        setup, _ = state.create_train_state(m, cfg, materialize=False)
+        setup, _ = state.create_train_state(m, cfg, tiny.optim(), materialize=False)
         params = jax.device_put(s1.params, setup.param_shardings)  # the training shards
         copy = rollout_params(params, cfg)
         out = sampler.generate(copy, PROMPTS, **kw)

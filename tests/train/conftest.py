@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from memr1.rl import grpo
 from memr1.train import mesh, sft, state, steps
 from tests.train import tiny
 
 OPTIM = state.OptimConfig(lr=3e-3, warmup_steps=2)
-GRPO_CFG = grpo.GRPOConfig(n_micro=2, kl_beta=0.05, logprob_chunk=tiny.CHUNK)
+GRPO_CFG = tiny.grpo_config(n_micro=2, kl_beta=0.05)
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +31,7 @@ def reference(policy):
 @pytest.fixture(scope="session")
 def sft_step(policy):
     """SFT with gradient accumulation over 2 micro-batches."""
-    return sft.make_sft_step(policy[0], sft.SFTConfig(n_micro=2, logprob_chunk=tiny.CHUNK))
+    return sft.make_sft_step(policy[0], tiny.sft_config(n_micro=2))
 
 
 @pytest.fixture(scope="session")

@@ -38,7 +38,7 @@ from memr1.train.__main__ import prepare_models
 from memr1.train.checkpoint import Checkpointer
 from tests.train import tiny
 
-LORA = lora.LoraConfig(rank=4, alpha=8.0)
+LORA = lora.LoraConfig.from_config(tiny.config(lora_rank=4, lora_alpha=8.0))
 OPTIM = state.OptimConfig(lr=1e-2, warmup_steps=0)
 
 
@@ -72,7 +72,7 @@ def check_step(out: dict) -> None:
     assert attn["wo_lora_a"].sharding.spec == P("tensor", None, None), attn["wo_lora_a"].sharding
     assert len(attn["wq_lora_b"].sharding.device_set) == 8
 
-    cfg = sft.SFTConfig(n_micro=2, logprob_chunk=tiny.CHUNK)
+    cfg = tiny.sft_config(n_micro=2)
     batch = tiny.sft_batch()
     loss1, g1, _ = sft.make_sft_step(setup1, cfg, grads_only=True)(s1, batch)
     loss8, g8, _ = sft.make_sft_step(setup8, cfg, grads_only=True)(s8, batch)

@@ -20,13 +20,12 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from memr1.rl import grpo
 from memr1.train import mesh, sft, state, steps
 from tests.train import tiny
 
 CFG = tiny.CFG.replace(n_layers=2)
 OPTIM = state.OptimConfig(lr=1e-3, warmup_steps=0)
-GRPO_CFG = grpo.GRPOConfig(n_micro=2, kl_beta=0.05, logprob_chunk=tiny.CHUNK)
+GRPO_CFG = tiny.grpo_config(n_micro=2, kl_beta=0.05)
 
 
 def max_grad_diff(a, b) -> float:
@@ -58,7 +57,8 @@ def main() -> None:
     assert tiny.leaves_equal(s1.params, s8.params), "sharded init differs from unsharded init"
     ref1, ref8 = state.make_reference(setup1, s1.params), state.make_reference(setup8, s8.params)
     # The PPO critic's trunk starts as a copy of the policy's weights, made in the same shards.
-    _, c8 = state.create_train_state(eight, CFG, OPTIM, seed=0, critic_cfg=CFG)
+    critic = dict(critic_cfg=CFG, critic_optim=tiny.optim(critic=True))
+    _, c8 = state.create_train_state(eight, CFG, OPTIM, seed=0, **critic)
     trunk = c8.critic_params["trunk"]
     assert trunk["embed"].sharding.spec == P("tensor", "fsdp"), trunk["embed"].sharding
     assert trunk["embed"].addressable_shards[0].data.shape == (32, 16)
@@ -67,7 +67,7 @@ def main() -> None:
     del c8
     out = {}
 
-    sft_cfg = sft.SFTConfig(n_micro=2, logprob_chunk=tiny.CHUNK)
+    sft_cfg = tiny.sft_config(n_micro=2)
     batch = tiny.sft_batch()
     loss1, g1, _ = sft.make_sft_step(setup1, sft_cfg, grads_only=True)(s1, batch)
     loss8, g8, _ = sft.make_sft_step(setup8, sft_cfg, grads_only=True)(s8, batch)

@@ -25,7 +25,7 @@ from tests.train import multiprocess_rl, tiny
 
 CFG = tiny.CFG.replace(n_layers=2)
 OPTIM = multiprocess_rl.OPTIM
-SFT_LOOP = loop.LoopConfig(steps=2, batch_size=tiny.ROWS)
+SFT_LOOP = tiny.loop_config(steps=2, batch_size=tiny.ROWS)
 
 
 def sft_pairs() -> list[tuple[list[int], list[int]]]:
@@ -40,7 +40,7 @@ def sft_pairs() -> list[tuple[list[int], list[int]]]:
 
 def run_sft(setup, s0, logdir: Path):
     """`loop.run_sft` over `sft_pairs()`; returns the final train state."""
-    step = sft.make_sft_step(setup, sft.SFTConfig(n_micro=1, logprob_chunk=tiny.CHUNK))
+    step = sft.make_sft_step(setup, tiny.sft_config(n_micro=1))
     with MetricsWriter(logdir, tensorboard=False) as writer:
         return loop.run_sft(
             setup,

@@ -29,7 +29,6 @@ from memr1.env.manager_reward import ManagerState, RewardEnv
 from memr1.env.memory_store import BankSpec
 from memr1.env.policy import Completion, SamplingConfig, TextPolicy
 from memr1.models.config import ModelConfig
-from memr1.rl import grpo
 from memr1.train import loop, multihost, state
 from memr1.train.checkpoint import Checkpointer
 from memr1.train.metrics_log import MetricsWriter
@@ -42,11 +41,16 @@ OPTIM = state.OptimConfig(lr=1e-2, warmup_steps=0, eps=1e-4)
 SAMPLING = SamplingConfig(temperature=1.0, max_new_tokens=6)
 LOOPS = {
     # 4 states a step, 2 per process; the update keeps 2 groups, those with signal first.
-    "answer": loop.LoopConfig(steps=2, batch_size=2, group_size=4, oversample=2),
+    "answer": tiny.loop_config(steps=2, batch_size=2, group_size=4, oversample=2),
     # 1 state per process a step; groups without signal are dropped.
-    "manager": loop.LoopConfig(steps=2, batch_size=2, group_size=4, drop_zero_signal=True),
+    "manager": tiny.loop_config(steps=2, batch_size=2, group_size=4, drop_zero_signal=True),
 }
-GRPO = grpo.GRPOConfig(kl_beta=0.0, logprob_chunk=64)
+GRPO = tiny.grpo_config(chunk=64, kl_beta=0.0)
+# The manager stage's reward: greedy answers of up to 64 tokens over 2 memories per speaker.
+REWARD_CONFIG = tiny.config()
+REWARD_CONFIG.memory.update(k_per_speaker=2, capacity=8, text_bytes=64, retriever="exact_numpy")
+REWARD_CONFIG.agents.update(style="compact", distill=True, temperature=0.0)
+REWARD_CONFIG.agents.answer_max_new_tokens = 64
 
 PEOPLE = [("Ann", "Paris"), ("Bo", "Rome"), ("Cy", "Oslo"), ("Di", "Lima")]
 PEOPLE += [("Ed", "Kyiv"), ("Flo", "Baku"), ("Gus", "Doha"), ("Hal", "Riga")]
@@ -136,10 +140,8 @@ def real_rollout(stage: str, policy: TextPolicy, answerer: TextPolicy | None):
         env=RewardEnv(
             answerer=answerer,
             embed=bag_of_words,
-            answer=AnswerConfig(
-                k_per_speaker=2, style="compact", sampling=SamplingConfig(max_new_tokens=64)
-            ),
-            bank=BankSpec(capacity=8, text_bytes=64, retriever="exact_numpy"),
+            answer=AnswerConfig.from_config(REWARD_CONFIG),
+            bank=BankSpec.from_config(REWARD_CONFIG),
         ),
         **common,
     )

@@ -117,7 +117,9 @@ def test_async_save_is_complete_after_wait(policy, tmp_path):
 def test_policy_parameters_alone_restore_from_a_ppo_checkpoint(tmp_path):
     """A sampler or an evaluation reads just the weights, without building optimiser state."""
     m = mesh.build_mesh(1, 1, 1)
-    setup, s0 = state.create_train_state(m, tiny.CFG, critic_cfg=tiny.CFG, seed=3)
+    setup, s0 = state.create_train_state(
+        m, tiny.CFG, tiny.optim(), critic_cfg=tiny.CFG, critic_optim=tiny.optim(critic=True), seed=3
+    )
     with checkpoint.Checkpointer(tmp_path) as ckpt:
         ckpt.save(4, s0, {})
     _, abstract_params = abstract_model(tiny.CFG)

@@ -25,7 +25,7 @@ def _cast_equal(copy, master) -> bool:
 def test_the_kl_reference_is_kept_in_the_compute_dtype():
     cfg = tiny.CFG.replace(dtype="bfloat16")
     m = mesh.build_mesh(1, 1, 1, model_cfgs=[cfg])
-    setup, s0 = state.create_train_state(m, cfg, seed=0)
+    setup, s0 = state.create_train_state(m, cfg, tiny.optim(), seed=0)
     ref = state.make_reference(setup, s0.params)
     assert _cast_equal(ref, s0.params)
     shardings = jax.tree.leaves(setup.param_shardings)
@@ -39,7 +39,7 @@ def test_a_policy_decodes_from_a_compute_dtype_copy(tmp_path):
     tok = make_tokenizer(tmp_path / "tok")
     cfg = tiny.HF_CFG.replace(dtype="bfloat16")
     m = mesh.build_mesh(1, 1, 1, model_cfgs=[cfg])
-    setup, s0 = state.create_train_state(m, cfg, seed=0)
+    setup, s0 = state.create_train_state(m, cfg, tiny.optim(), seed=0)
     policy = TextPolicy(
         cfg, setup.graphdef, s0.params, tok, eos_ids=[tok.eos_token_id], pad_id=0, batch_size=2
     )
@@ -49,6 +49,7 @@ def test_a_policy_decodes_from_a_compute_dtype_copy(tmp_path):
         seen.append(params) or generate(params, *a, **k)
     )
     prompts = [(np.asarray([5, 6, 7], np.int32), False)]
-    policy.complete_ids(prompts, SamplingConfig(max_new_tokens=3), key=jax.random.key(0))
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=3)
+    policy.complete_ids(prompts, greedy, key=jax.random.key(0))
     (params,) = seen
     assert _cast_equal(params, s0.params)

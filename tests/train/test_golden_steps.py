@@ -15,7 +15,6 @@ import jax
 import numpy as np
 import pytest
 
-from memr1.rl import grpo, ppo
 from memr1.train import mesh, state, steps
 from tests.train import tiny
 
@@ -36,10 +35,11 @@ def _summary(before, after, metrics) -> dict[str, float]:
 
 def grpo_numbers() -> dict[str, float]:
     m = mesh.build_mesh(1, 1, 1)
-    setup, s0 = state.create_train_state(m, tiny.CFG, state.OptimConfig(lr=3e-3), seed=3)
+    setup, s0 = state.create_train_state(m, tiny.CFG, tiny.optim(lr=3e-3), seed=3)
     # A reference other than the policy, so that the KL term and its gradient are not zero.
-    reference = state.make_reference(setup, state.create_train_state(m, tiny.CFG, seed=4)[1].params)
-    cfg = grpo.GRPOConfig(n_micro=2, kl_beta=0.05, logprob_chunk=tiny.CHUNK)
+    other = state.create_train_state(m, tiny.CFG, tiny.optim(), seed=4)[1]
+    reference = state.make_reference(setup, other.params)
+    cfg = tiny.grpo_config(n_micro=2, kl_beta=0.05)
     before = tiny.copy_tree(s0.params)
     s1, metrics = steps.make_grpo_step(setup, cfg)(s0, tiny.grpo_batch(seed=5), reference)
     return _summary(before, s1.params, metrics)
@@ -48,10 +48,10 @@ def grpo_numbers() -> dict[str, float]:
 def ppo_numbers() -> dict[str, float]:
     m = mesh.build_mesh(1, 1, 1)
     setup, s0 = state.create_train_state(
-        m, tiny.CFG, state.OptimConfig(lr=3e-3), seed=3, critic_cfg=tiny.CFG,
-        critic_optim=state.OptimConfig(lr=5e-3),
+        m, tiny.CFG, tiny.optim(lr=3e-3), seed=3, critic_cfg=tiny.CFG,
+        critic_optim=tiny.optim(critic=True, critic_lr=5e-3),
     )  # fmt: skip
-    cfg = ppo.PPOConfig(n_micro=2, lam=0.9, logprob_chunk=tiny.CHUNK)
+    cfg = tiny.ppo_config(n_micro=2, lam=0.9)
     raw = tiny.grpo_batch(seed=5)
     raw = {k: v for k, v in raw.items() if k != "advantages"}
     raw["rewards"] = np.linspace(-1.0, 1.0, tiny.ROWS, dtype=np.float32)

@@ -1,6 +1,7 @@
 """The GRPO step: it follows the advantages, logs the sampler gap, skips the reference at β = 0,
 and refuses a poisoned update."""
 
+import dataclasses
 import types
 
 import jax
@@ -68,19 +69,18 @@ def test_beta_zero_never_traces_the_reference_pass(policy, reference, monkeypatc
     real = grpo.sequence_logprobs
     monkeypatch.setattr(grpo, "sequence_logprobs", lambda *a, **k: calls.append(1) or real(*a, **k))
     batch = tiny.grpo_batch()
-    cfg = dict(n_micro=1, logprob_chunk=tiny.CHUNK)
-    steps.make_grpo_step(setup, grpo.GRPOConfig(kl_beta=0.0, **cfg)).trace(s0, batch)
+    steps.make_grpo_step(setup, tiny.grpo_config(kl_beta=0.0)).trace(s0, batch)
     without_ref = len(calls)
     calls.clear()
-    steps.make_grpo_step(setup, grpo.GRPOConfig(kl_beta=0.1, **cfg)).trace(s0, batch, reference)
+    steps.make_grpo_step(setup, tiny.grpo_config(kl_beta=0.1)).trace(s0, batch, reference)
     with_ref = len(calls)
     assert (without_ref, with_ref) == (1, 2), "β = 0 must trace only the policy's forward pass"
     # The β = 0 step has no reference argument at all; the β > 0 step requires one (jit's own
     # argument check says so before anything is traced).
     with pytest.raises((TypeError, ValueError)):
-        steps.make_grpo_step(setup, grpo.GRPOConfig(kl_beta=0.0, **cfg)).trace(s0, batch, reference)
+        steps.make_grpo_step(setup, tiny.grpo_config(kl_beta=0.0)).trace(s0, batch, reference)
     with pytest.raises(ValueError, match="in_shardings"):
-        steps.make_grpo_step(setup, grpo.GRPOConfig(kl_beta=0.1, **cfg)).trace(s0, batch, None)
+        steps.make_grpo_step(setup, tiny.grpo_config(kl_beta=0.1)).trace(s0, batch, None)
 
 
 def test_nan_guard_refuses_a_poisoned_update(policy, reference, grpo_step):
@@ -135,9 +135,12 @@ def test_shared_prompt_step_equals_whole_rows(policy, reference, n_micro):
     setup, s0 = policy
     g = 2
     batch = _grouped(g)
-    cfg = dict(n_micro=n_micro, kl_beta=0.05, logprob_chunk=tiny.CHUNK)
-    shared_cfg = grpo.GRPOConfig(prompt_group=g, response_width=tiny.LENGTH - tiny.PROMPT, **cfg)
-    l1, g1, m1 = steps.make_grpo_step(setup, grpo.GRPOConfig(**cfg), grads_only=True)(
+    cfg = dict(
+        n_micro=n_micro, kl_beta=0.05, group_size=g, max_new_tokens=tiny.LENGTH - tiny.PROMPT
+    )
+    shared_cfg = tiny.grpo_config(shared_prompt=True, **cfg)
+    assert (shared_cfg.prompt_group, shared_cfg.response_width) == (g, tiny.LENGTH - tiny.PROMPT)
+    l1, g1, m1 = steps.make_grpo_step(setup, tiny.grpo_config(**cfg), grads_only=True)(
         s0, batch, reference
     )
     l2, g2, m2 = steps.make_grpo_step(setup, shared_cfg, grads_only=True)(s0, batch, reference)
@@ -160,8 +163,26 @@ def test_to_micro_keeps_units_whole():
 def test_shared_prompt_refuses_bad_shapes(policy):
     setup, s0 = policy
     with pytest.raises(ValueError, match="response_width"):
-        grpo.GRPOConfig(prompt_group=4)
+        dataclasses.replace(tiny.grpo_config(), prompt_group=4, response_width=0)
     # 8 rows do not split into 2 micro-batches of whole groups of 8.
-    cfg = grpo.GRPOConfig(prompt_group=8, response_width=10, n_micro=2, kl_beta=0.0)
+    cfg = tiny.grpo_config(
+        shared_prompt=True, group_size=8, max_new_tokens=10, n_micro=2, kl_beta=0.0
+    )
     with pytest.raises(ValueError, match="whole groups of 8"):
         steps.make_grpo_step(setup, cfg).trace(s0, _grouped(8))
+
+
+def test_grpo_config_reads_the_train_section():
+    config = tiny.config("runlocal,algo=grpo")
+    config.train.update(clip_eps=0.3, kl_beta=0.01, kl_estimator="k2", temperature=0.7)
+    config.train.update(n_micro=2, group_size=3, max_new_tokens=11)
+    cfg = grpo.GRPOConfig.from_config(config)
+    got = {k: getattr(cfg, k) for k in ("clip_eps", "kl_beta", "kl_estimator", "temperature")}
+    assert got == {"clip_eps": 0.3, "kl_beta": 0.01, "kl_estimator": "k2", "temperature": 0.7}
+    assert (cfg.n_micro, cfg.prompt_group, cfg.response_width) == (2, 3, 11)
+    config.train.shared_prompt = False
+    assert grpo.GRPOConfig.from_config(config).prompt_group == 1
+    for key, bad in (("kl_estimator", "k4"), ("temperature", 0.0)):
+        broken = tiny.config("runlocal,algo=grpo", **{key: bad})
+        with pytest.raises(ValueError, match=rf"train\.{key}"):
+            grpo.GRPOConfig.from_config(broken)

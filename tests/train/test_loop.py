@@ -3,6 +3,7 @@ killed after step 1 and resumed ends bitwise equal to an uninterrupted run."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -13,7 +14,6 @@ from memr1.drill.checks import raw_records, record_differences
 from memr1.env import rollout
 from memr1.env.policy import SamplingConfig, TextPolicy
 from memr1.models.tokenizer_train import train_bpe_tokenizer
-from memr1.rl import grpo
 from memr1.train import loop, mesh, state
 from memr1.train.checkpoint import Checkpointer
 from memr1.train.metrics_log import MetricsWriter, read_jsonl
@@ -46,9 +46,7 @@ def answer_policy(tmp_path_factory):
         batch_size=2,
     )
     # One compiled update serves every run below: their setups are structurally identical.
-    update = loop.make_rl_update(
-        setup, "grpo", grpo_cfg=grpo.GRPOConfig(kl_beta=0.0, logprob_chunk=64)
-    )
+    update = loop.make_rl_update(setup, "grpo", grpo_cfg=tiny.grpo_config(chunk=64, kl_beta=0.0))
     return cfg, m, policy, update
 
 
@@ -69,7 +67,7 @@ def _run(answer_policy, steps, workdir, drop_zero_signal=False):
             update,
             STATES,
             do_rollout,
-            cfg=loop.LoopConfig(
+            cfg=tiny.loop_config(
                 steps=steps,
                 batch_size=2,
                 group_size=4,
@@ -178,7 +176,7 @@ def test_oversampled_steps_update_on_the_groups_with_signal(answer_policy, tmp_p
             spy,
             STATES,
             do_rollout,
-            cfg=loop.LoopConfig(steps=2, batch_size=2, group_size=4, oversample=2),
+            cfg=tiny.loop_config(steps=2, batch_size=2, group_size=4, oversample=2),
             response_width=6,
             pad_id=policy.pad_id,
             writer=w,
@@ -193,4 +191,25 @@ def test_oversampled_steps_update_on_the_groups_with_signal(answer_policy, tmp_p
 
 def test_oversample_below_one_is_refused():
     with pytest.raises(ValueError, match="train.oversample=0"):
-        loop.LoopConfig(steps=1, batch_size=1, oversample=0)
+        tiny.loop_config(steps=1, batch_size=1, oversample=0)
+
+
+def test_loop_config_reads_the_train_section_and_the_seed():
+    config = tiny.config("stage=manager,algo=grpo", steps=7, batch_size=3, group_size=5)
+    config.train.update(checkpoint_every=2, on_nonfinite="stop", drop_zero_signal=True)
+    config.train.update(n_micro=2, oversample=3)
+    config.seed = 9
+    got = dataclasses.asdict(loop.LoopConfig.from_config(config))
+    assert got == {
+        "steps": 7,
+        "batch_size": 3,
+        "group_size": 5,
+        "checkpoint_every": 2,
+        "seed": 9,
+        "on_nonfinite": "stop",
+        "drop_zero_signal": True,
+        "n_micro": 2,
+        "oversample": 3,
+        "desc": "manager/grpo",
+        "inject_nonfinite": (),
+    }

@@ -3,6 +3,8 @@ model, and checkpoints keep the adapters and merge them for evaluation."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,7 +17,7 @@ from memr1.train.checkpoint import Checkpointer, restore_params
 from tests.tool import load_tool
 from tests.train import tiny
 
-LORA = lora.LoraConfig(rank=4, alpha=8.0)
+LORA = lora.LoraConfig.from_config(tiny.config(lora_rank=4, lora_alpha=8.0))
 STEPS = 4
 
 
@@ -44,7 +46,7 @@ def _lora_state(**critic):
 def trained():
     """(setup, base params, initial state, state after STEPS SFT steps, losses)."""
     setup, base, s0 = _lora_state()
-    step = sft.make_sft_step(setup, sft.SFTConfig(n_micro=2, logprob_chunk=tiny.CHUNK))
+    step = sft.make_sft_step(setup, tiny.sft_config(n_micro=2))
     s, losses = tiny.copy_tree(s0), []
     for _ in range(STEPS):
         s, metrics = step(s, tiny.sft_batch(0))
@@ -119,14 +121,15 @@ def test_lora_checkpoints_keep_the_adapters_and_merge_for_evaluation(trained, tm
 
 
 def test_bad_lora_settings_are_refused():
-    assert lora.from_train_config({"lora_rank": 0}) is None
+    assert lora.LoraConfig.from_config(tiny.config()) is None  # lora_rank 0: every weight trains
+    assert (LORA.rank, LORA.alpha, LORA.module_path) == (4, 8.0, ".*attn|.*mlp")
     with pytest.raises(ValueError, match="lora_rank"):
-        lora.LoraConfig(rank=-1, alpha=8.0)
+        dataclasses.replace(LORA, rank=-1)
     with pytest.raises(ValueError, match="lora_alpha"):
-        lora.LoraConfig(rank=4, alpha=0.0)
+        dataclasses.replace(LORA, alpha=0.0)
     with pytest.raises(ValueError, match="lora_module_path"):
-        lora.LoraConfig(rank=4, alpha=8.0, module_path="(")
-    nothing = lora.module_fn(tiny.CFG, lora.LoraConfig(rank=4, alpha=8.0, module_path="nope"))
+        dataclasses.replace(LORA, module_path="(")
+    nothing = lora.module_fn(tiny.CFG, dataclasses.replace(LORA, module_path="nope"))
     with pytest.raises(ValueError, match="matches no module"):
         jax.eval_shape(lambda: nnx.split(nothing())[1])
 
@@ -149,7 +152,6 @@ def test_memory_estimate_counts_optimiser_memory_for_the_adapters_only():
 
 def test_lora_ppo_trains_the_adapters_and_the_whole_critic():
     """PPO with a LoRA policy: the base stays bitwise, the adapters and the (whole) critic learn."""
-    from memr1.rl import ppo
 
     setup, base, s0 = _lora_state(
         critic_cfg=tiny.CFG, critic_optim=state.OptimConfig(lr=5e-3, warmup_steps=0)
@@ -157,7 +159,7 @@ def test_lora_ppo_trains_the_adapters_and_the_whole_critic():
     # The critic starts from the base weights (no adapters), trained whole.
     assert tiny.leaves_equal(s0.critic_params["trunk"], base)
     assert not lora.has_adapters(s0.critic_params)
-    cfg = ppo.PPOConfig(n_micro=2, lam=0.9, logprob_chunk=tiny.CHUNK)
+    cfg = tiny.ppo_config(n_micro=2, lam=0.9)
     raw = tiny.grpo_batch()
     raw.pop("advantages")
     raw["rewards"] = np.array([1, 0, 1, 1, 0, 0, 1, 0], np.float32)

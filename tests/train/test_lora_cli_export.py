@@ -26,7 +26,7 @@ from tests.train.test_lora import _logits
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-LORA = lora.LoraConfig(rank=4, alpha=8.0)
+LORA = lora.LoraConfig.from_config(tiny.config(lora_rank=4, lora_alpha=8.0))
 
 
 def _train(tmp_path: Path, base: Path) -> Path:

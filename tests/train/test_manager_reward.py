@@ -14,6 +14,7 @@ from memr1.env import manager_reward as mr
 from memr1.env.answer import AnswerConfig
 from memr1.env.memory_store import BankSpec
 from memr1.env.policy import SamplingConfig
+from tests.train import tiny
 
 DIM = 64
 
@@ -98,16 +99,18 @@ def env(
     text_bytes=96,
     sampling=SAMPLING,
 ):
-    """The manager reward's settings over the bag-of-words encoder (shared by the RL tests)."""
+    """The manager reward's settings over the bag-of-words encoder (shared by the RL tests),
+    from the tiny config as the train CLI builds them."""
+    config = tiny.config()
+    config.memory.update(retriever=retriever, overflow=overflow, capacity=capacity)
+    config.memory.update(k_per_speaker=k_per_speaker, text_bytes=text_bytes)
+    config.agents.update(style="compact", distill=True, temperature=sampling.temperature)
+    config.agents.answer_max_new_tokens = sampling.max_new_tokens
     return mr.RewardEnv(
         answerer=answerer,
         embed=bag_of_words,
-        answer=AnswerConfig(
-            k_per_speaker=k_per_speaker, distill=True, style="compact", sampling=sampling
-        ),
-        bank=BankSpec(
-            capacity=capacity, text_bytes=text_bytes, overflow=overflow, retriever=retriever
-        ),
+        answer=AnswerConfig.from_config(config),
+        bank=BankSpec.from_config(config),
     )
 
 
@@ -140,7 +143,7 @@ def test_a_malformed_reply_scores_zero_where_doing_nothing_scores_the_bank():
 
 
 def test_vmapped_candidates_equal_a_python_loop():
-    bank, id_of = mr.base_bank(STATE, BankSpec(capacity=16, text_bytes=96), bag_of_words)
+    bank, id_of = mr.base_bank(STATE, env(None).bank, bag_of_words)
     id_map = dict(enumerate(id_of[i] for i in STATE.retrieved))
     groups = [mr.candidate_ops(STATE, t, id_map, bank, bag_of_words)[0] for t in OUTPUTS]
     batched = mr._apply_candidates(bank, mr._pad_ops(groups, bank))
@@ -161,7 +164,7 @@ def test_no_linked_questions_gives_zero_reward():
 def test_the_frozen_answerer_answers_with_the_configured_sampling_and_retriever():
     answerer = RuleAnswerer()
     exact, _ = _rewards(STATE, OUTPUTS, answerer)
-    assert answerer.samplings and all(s is SAMPLING for s in answerer.samplings)
+    assert answerer.samplings and all(s == SAMPLING for s in answerer.samplings)
     # ScaNN (brute force at this size) reads the candidate banks as the exact backend does.
     scann_answerer = RuleAnswerer()
     scann, _ = _rewards(STATE, OUTPUTS, scann_answerer, retriever="scann")
@@ -218,7 +221,7 @@ def test_the_reward_equals_evaluations_score_of_the_same_bank():
 
     answerer = RuleAnswerer()
     rewards, parsed = _rewards(STATE, OUTPUTS[:1], answerer)
-    spec = BankSpec(capacity=16, text_bytes=96, retriever="exact_numpy")
+    spec = env(answerer).bank
     memory = ConversationMemory("c", STATE.speakers, spec, 64)
     for m in sorted(STATE.bank, key=lambda m: m["id"]):
         memory.add_texts(

@@ -21,7 +21,9 @@ def test_the_critic_starts_from_the_policy_without_its_lm_head(tied):
     the state is donated), without an LM head, and the zero value head makes every value 0."""
     cfg = tiny.CFG.replace(tie_embeddings=tied)
     m = mesh.build_mesh(1, 1, 1)
-    setup, s0 = state.create_train_state(m, cfg, seed=1, critic_cfg=cfg)
+    setup, s0 = state.create_train_state(
+        m, cfg, tiny.optim(), seed=1, critic_cfg=cfg, critic_optim=tiny.optim(critic=True)
+    )
     policy, value = _flat(s0.params), _flat(s0.critic_params)
     trunk = {p[1:]: v for p, v in value.items() if p[0] == "trunk"}
     assert set(trunk) == set(policy) - {("lm_head",)}
@@ -43,14 +45,18 @@ def test_the_critic_starts_from_the_policy_without_its_lm_head(tied):
 def test_the_critic_trunk_takes_its_own_dtype_and_refuses_another_size():
     m = mesh.build_mesh(1, 1, 1)
     half = tiny.CFG.replace(param_dtype="bfloat16")
-    _, s0 = state.create_train_state(m, tiny.CFG, critic_cfg=half)
+    critic = dict(critic_optim=tiny.optim(critic=True))
+    _, s0 = state.create_train_state(m, tiny.CFG, tiny.optim(), critic_cfg=half, **critic)
     got = s0.critic_params["trunk"]["embed"][...]
     assert got.dtype == jnp.bfloat16
     np.testing.assert_array_equal(got, s0.params["embed"][...].astype(jnp.bfloat16))
     with pytest.raises(ValueError, match="cannot start from the policy.*layers/0/mlp"):
-        state.create_train_state(m, tiny.CFG, critic_cfg=tiny.CFG.replace(d_ff=64))
+        wide = tiny.CFG.replace(d_ff=64)
+        state.create_train_state(m, tiny.CFG, tiny.optim(), critic_cfg=wide, **critic)
     with pytest.raises(ValueError, match="critic_from_policy=False"):
-        state.create_train_state(m, tiny.CFG, critic_cfg=tiny.CFG, critic_params=s0.critic_params)
+        state.create_train_state(
+            m, tiny.CFG, tiny.optim(), critic_cfg=tiny.CFG, critic_params=s0.critic_params, **critic
+        )
 
 
 def test_reward_sits_on_each_rows_last_response_token():
@@ -66,7 +72,7 @@ def test_prepare_then_updates_train_actor_and_critic():
         m, tiny.CFG, state.OptimConfig(lr=3e-3, warmup_steps=0), seed=1,
         critic_cfg=tiny.CFG, critic_optim=critic_optim,
     )  # fmt: skip
-    cfg = ppo.PPOConfig(n_micro=2, lam=0.9, logprob_chunk=tiny.CHUNK)
+    cfg = tiny.ppo_config(n_micro=2, lam=0.9)
     raw = tiny.grpo_batch()
     raw.pop("advantages")
     raw["rewards"] = np.array([1, 0, 1, 1, 0, 0, 1, 0], np.float32)
@@ -107,26 +113,24 @@ def test_prepare_then_updates_train_actor_and_critic():
 def test_ppo_without_a_critic_is_refused_before_compute(policy):
     setup, _ = policy
     with pytest.raises(ValueError, match="needs a critic"):
-        steps.make_ppo_prepare(setup, ppo.PPOConfig())
+        steps.make_ppo_prepare(setup, tiny.ppo_config())
     with pytest.raises(ValueError, match="has none"):
-        steps.make_ppo_step(setup, ppo.PPOConfig())
+        steps.make_ppo_step(setup, tiny.ppo_config())
 
 
 def test_ppo_config_reads_the_train_section():
-    from configs.base import train_section
-
-    t = train_section("answer", "ppo")
-    defaults = ppo.PPOConfig.from_train_config(t)
-    assert (defaults.gamma, defaults.lam) == (1.0, 1.0)  # verl's defaults
-    assert ppo.PPOConfig().lam == 1.0
-    t.update(clip_eps=0.3, kl_beta=0.01, kl_estimator="k2", temperature=0.7, n_micro=2)
-    t.update(gamma=0.99, lam=0.95)
-    cfg = ppo.PPOConfig.from_train_config(t)
+    config = tiny.config("stage=answer,algo=ppo")
+    defaults = ppo.PPOConfig.from_config(config)
+    assert (defaults.gamma, defaults.lam, defaults.kl_beta) == (1.0, 1.0, 0.0)  # verl's defaults
+    config.train.update(clip_eps=0.3, kl_beta=0.01, kl_estimator="k2", temperature=0.7, n_micro=2)
+    config.train.update(gamma=0.99, lam=0.95)
+    cfg = ppo.PPOConfig.from_config(config)
     got = {k: getattr(cfg, k) for k in ("clip_eps", "kl_beta", "kl_estimator", "temperature")}
     assert got == {"clip_eps": 0.3, "kl_beta": 0.01, "kl_estimator": "k2", "temperature": 0.7}
     assert (cfg.n_micro, cfg.gamma, cfg.lam) == (2, 0.99, 0.95)
-    t.lam = 1.5
+    config.train.lam = 1.5
     with pytest.raises(ValueError, match=r"train\.lam"):
-        ppo.PPOConfig.from_train_config(t)
-    with pytest.raises(ValueError, match=r"train\.kl_estimator"):
-        ppo.PPOConfig(kl_estimator="k4")
+        ppo.PPOConfig.from_config(config)
+    for key, bad in (("kl_estimator", "k4"), ("temperature", 0.0)):
+        with pytest.raises(ValueError, match=rf"train\.{key}"):
+            ppo.PPOConfig.from_config(tiny.config("runlocal,algo=ppo", **{key: bad}))

@@ -12,7 +12,6 @@ from memr1.env import rollout
 from memr1.env.policy import SamplingConfig, TextPolicy
 from memr1.models.tokenizer_train import train_bpe_tokenizer
 from memr1.models.transformer import without_remat
-from memr1.rl import grpo
 from memr1.train import loop, mesh, state
 from tests.train import tiny
 from tests.train.test_loop import STATES
@@ -34,11 +33,9 @@ def remat_policy(tmp_path_factory):
     policy = TextPolicy(cfg, setup.graphdef, None, tok, batch_size=2, **kw)
     # The frozen answerer of the manager stage is a plain model, as `prepare_models` loads it.
     plain = cfg.replace(remat=False, scan_layers=False)
-    answer_setup, _ = state.create_train_state(m, plain, materialize=False)
+    answer_setup, _ = state.create_train_state(m, plain, tiny.optim(), materialize=False)
     answerer = TextPolicy(plain, answer_setup.graphdef, s0.params, tok, batch_size=2, **kw)
-    update = loop.make_rl_update(
-        setup, "grpo", grpo_cfg=grpo.GRPOConfig(kl_beta=0.0, logprob_chunk=64)
-    )
+    update = loop.make_rl_update(setup, "grpo", grpo_cfg=tiny.grpo_config(chunk=64, kl_beta=0.0))
     return setup, s0, policy, answerer, update
 
 
@@ -80,7 +77,7 @@ def test_one_grpo_step_with_remat(remat_policy, stage, tmp_path):
         update,
         states,
         do_rollout,
-        cfg=loop.LoopConfig(steps=1, batch_size=2, group_size=2),
+        cfg=tiny.loop_config(steps=1, batch_size=2, group_size=2),
         response_width=6,
         pad_id=policy.pad_id,
     )

@@ -37,12 +37,8 @@ def test_gradient_accumulation_equals_one_full_batch(policy):
     """
     setup, s0 = policy
     batch = tiny.sft_batch(step=1)
-    full = sft.make_sft_step(
-        setup, sft.SFTConfig(n_micro=1, logprob_chunk=tiny.CHUNK), grads_only=True
-    )
-    micro = sft.make_sft_step(
-        setup, sft.SFTConfig(n_micro=4, logprob_chunk=tiny.CHUNK), grads_only=True
-    )
+    full = sft.make_sft_step(setup, tiny.sft_config(n_micro=1), grads_only=True)
+    micro = sft.make_sft_step(setup, tiny.sft_config(n_micro=4), grads_only=True)
     loss_full, grads_full, _ = full(s0, batch)
     loss_micro, grads_micro, _ = micro(s0, batch)
     assert float(loss_micro) == pytest.approx(float(loss_full), rel=1e-6)

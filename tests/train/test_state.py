@@ -17,7 +17,13 @@ def test_warmup_then_constant_schedule():
     got = [float(schedule(jnp.asarray(c))) for c in range(6)]
     np.testing.assert_allclose(got, [0.25e-6, 0.5e-6, 0.75e-6, 1e-6, 1e-6, 1e-6], rtol=1e-6)
     assert float(state.warmup_constant(1e-5, 0)(jnp.asarray(0))) == pytest.approx(1e-5)
-    assert state.CRITIC_OPTIM.lr == 1e-5 and state.OptimConfig().lr == 1e-6  # the paper's rates
+
+
+def test_optimisers_read_the_train_section():
+    config = tiny.config("", warmup_steps=3)
+    actor, critic = (state.OptimConfig.from_config(config, critic=c) for c in (False, True))
+    assert (actor.lr, critic.lr) == (1e-6, 1e-5)  # the paper's rates
+    assert actor.warmup_steps == critic.warmup_steps == 3
 
 
 def test_optimizer_clips_and_decays_only_matrices():
@@ -68,7 +74,7 @@ def test_reference_is_a_real_copy(policy):
 
 def test_abstract_setup_allocates_nothing_and_checks_divisibility():
     m = mesh.build_mesh(1, 1, 1)
-    setup, s = state.create_train_state(m, tiny.CFG, materialize=False)
+    setup, s = state.create_train_state(m, tiny.CFG, tiny.optim(), materialize=False)
     assert s is None
     (leaf,) = jax.tree.leaves(setup.abstract_state.params["embed"])
     assert isinstance(leaf, jax.ShapeDtypeStruct) and leaf.sharding.spec == P("tensor", "fsdp")
@@ -89,7 +95,7 @@ def test_only_the_trainable_subset_moves():
     setup, s0 = state.create_train_state(m, tiny.CFG, optim, trainable=only_mlp)
     n_mlp = sum(x.size for x in jax.tree.leaves(s0.params["layers"][0]["mlp"]))
     assert sum(x.size for x in jax.tree.leaves(s0.opt_state[1][0].mu)) == n_mlp
-    step = sft.make_sft_step(setup, sft.SFTConfig(logprob_chunk=tiny.CHUNK))
+    step = sft.make_sft_step(setup, tiny.sft_config())
     s1, metrics = step(tiny.copy_tree(s0), tiny.sft_batch())
     assert float(metrics["update_refused"]) == 0.0
     frozen_before = params_lib.split_trainable(s0.params, only_mlp)[1]

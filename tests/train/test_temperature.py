@@ -9,7 +9,6 @@ import jax
 import numpy as np
 import pytest
 
-from configs.base import train_section
 from memr1.env.policy import SamplingConfig, TextPolicy
 from memr1.models.transformer import init_model
 from memr1.rl import grpo, ppo
@@ -29,7 +28,9 @@ def rollout():
     # barely matters; a 3x larger (tied) embedding sharpens them as a trained model's are.
     params["embed"] = params["embed"].replace(params["embed"][...] * 3.0)
     m = mesh.build_mesh(1, 1, 1, model_cfgs=[CFG])
-    setup, s0 = state.create_train_state(m, CFG, params=params, critic_cfg=CFG)
+    setup, s0 = state.create_train_state(
+        m, CFG, tiny.optim(), params=params, critic_cfg=CFG, critic_optim=tiny.optim(critic=True)
+    )
     detok = types.SimpleNamespace(decode=lambda ids, skip_special_tokens=True: "")
     policy = TextPolicy(CFG, setup.graphdef, None, detok, eos_ids=[1], pad_id=0, batch_size=2)
     prompts = [
@@ -51,16 +52,17 @@ def rollout():
 
 def _first_step(rollout, algo: str, temperature: float) -> dict:
     setup, s0, batch = rollout
-    t = train_section("answer", algo)
-    t.update(temperature=temperature, group_size=G, max_new_tokens=NEW)
-    ref = state.make_reference(setup, s0.params) if t.kl_beta > 0 else None
+    config = tiny.config(
+        f"stage=answer,algo={algo}", temperature=temperature, group_size=G, max_new_tokens=NEW
+    )
+    ref = state.make_reference(setup, s0.params) if config.train.kl_beta > 0 else None
     if algo == "grpo":
         update = loop.make_rl_update(
-            setup, algo, grpo_cfg=grpo.GRPOConfig.from_train_config(t), ref_params=ref
+            setup, algo, grpo_cfg=grpo.GRPOConfig.from_config(config), ref_params=ref
         )
     else:
         update = loop.make_rl_update(
-            setup, algo, ppo_cfg=ppo.PPOConfig.from_train_config(t), ref_params=ref
+            setup, algo, ppo_cfg=ppo.PPOConfig.from_config(config), ref_params=ref
         )
     _, metrics = update(tiny.copy_tree(s0), batch)
     return {k: float(v) for k, v in jax.device_get(metrics).items()}

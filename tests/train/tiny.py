@@ -8,11 +8,18 @@ a pure function of (seed, step), like the data of a real run that is resumed fro
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
+from configs import memr1 as memr1_config
 from memr1.models.config import get_size
+from memr1.rl import grpo, ppo
+from memr1.train import loop, sft, state
 
 CFG = get_size(
     "tiny",
@@ -27,6 +34,46 @@ CFG = get_size(
 )
 ROWS, LENGTH, PROMPT = 8, 16, 6
 CHUNK = 8  # two log-prob chunks per row
+
+
+def config(arg: str = "runlocal", **train: Any) -> ml_collections.ConfigDict:
+    """configs/memr1.py's `arg` variant (the laptop-sized runlocal one by default) with `train`
+    set in its train section: the tests build their settings from it as the train CLI does
+    (`GRPOConfig.from_config`, `OptimConfig.from_config`, ...)."""
+    out = memr1_config.get_config(arg)
+    out.train.update(train)
+    return out
+
+
+def grpo_config(*, chunk: int = CHUNK, **train: Any) -> grpo.GRPOConfig:
+    """The GRPO update of `config(**train)`, log-probs in `chunk`-token chunks; every row runs
+    whole (train.shared_prompt off) unless `train` says otherwise."""
+    cfg = grpo.GRPOConfig.from_config(config(**{"shared_prompt": False, **train}))
+    return dataclasses.replace(cfg, logprob_chunk=chunk)
+
+
+def ppo_config(*, chunk: int = CHUNK, **train: Any) -> ppo.PPOConfig:
+    """The PPO update of `config("runlocal,algo=ppo", **train)`, in `chunk`-token chunks."""
+    cfg = ppo.PPOConfig.from_config(config("runlocal,algo=ppo", **train))
+    return dataclasses.replace(cfg, logprob_chunk=chunk)
+
+
+def optim(*, critic: bool = False, **train: Any) -> state.OptimConfig:
+    """The optimiser of the default (paper) config with `train` set: lr 1e-6 (critic 1e-5) and
+    10 warmup steps unless `train` says otherwise."""
+    return state.OptimConfig.from_config(config("", **train), critic=critic)
+
+
+def sft_config(*, chunk: int = CHUNK, **train: Any) -> sft.SFTConfig:
+    """The SFT update of `config(**train)`, log-probs in `chunk`-token chunks."""
+    return dataclasses.replace(sft.SFTConfig.from_config(config(**train)), logprob_chunk=chunk)
+
+
+def loop_config(*, seed: int = 0, **train: Any) -> loop.LoopConfig:
+    """The loop of `config(**train)` with run seed `seed`."""
+    cfg = config(**train)
+    cfg.seed = seed
+    return loop.LoopConfig.from_config(cfg)
 
 
 def _rng(seed: int, step: int) -> np.random.Generator:

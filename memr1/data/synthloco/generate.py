@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memr1.data.errors import write_json_atomic
+from memr1.atomic import write_json_atomic
 from memr1.data.synthloco import dates, gold, qa, render
 from memr1.data.synthloco.events import plan_story
 from memr1.data.synthloco.world import PRESETS, SynthConfig, Vocab, get_preset

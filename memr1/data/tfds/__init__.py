@@ -1,7 +1,9 @@
 """TFDS builders of memr1's datasets (array_record, no TensorFlow needed); see ``builders``.
 
 Importing this package registers ``locomo``, ``synthloco``, ``longmemeval`` and ``msc`` with TFDS,
-so ``tfds.data_source("locomo/qa", data_dir=...)`` finds them once they are built.
+so ``tfds.data_source("locomo/qa", data_dir=...)`` finds them once they are built. Build them with
+``python -m memr1.data.tfds --dataset NAME --source FILE --data_dir DIR``; ``read`` reads the
+conversations back, as ``memr1.evaluate`` does for ``--config.data.path=tfds:DIR``.
 """
 
 from memr1.data.tfds.builders import (

@@ -41,8 +41,11 @@ _LONGMEMEVAL_FILE = re.compile(r"longmemeval_(s|m|oracle)(?:_[a-z]+)?(?:\.json)?
 class _ConversationBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     """Shared machinery: subclasses only say how to read ``manual_dir`` into named splits."""
 
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "First release."}
+    VERSION = tfds.core.Version("1.1.0")
+    RELEASE_NOTES = {
+        "1.0.0": "First release.",
+        "1.1.0": "conversations: the whole record as JSON (record).",
+    }
     BUILDER_CONFIGS = [
         tfds.core.BuilderConfig(name=features.QA_CONFIG, description="one example per question"),
         tfds.core.BuilderConfig(
@@ -176,8 +179,35 @@ BUILDERS: dict[str, type[_ConversationBuilder]] = {
 }
 
 
+def prepare(
+    builder: tfds.core.DatasetBuilder, manual_dir: str | Path, *, overwrite: bool = False
+) -> tfds.core.DatasetBuilder:
+    """Builds ``builder``'s dataset from ``manual_dir``; returns the builder.
+
+    Raises:
+      FileExistsError: if the dataset is already built under its data_dir and not ``overwrite``
+        (a stale build is never reused silently).
+    """
+    if builder.is_prepared() and not overwrite:
+        raise FileExistsError(
+            f"{builder.data_dir} is already built; pass --overwrite (overwrite=True) to rebuild it"
+        )
+    mode = tfds.download.GenerateMode
+    download_config = tfds.download.DownloadConfig(
+        manual_dir=str(manual_dir),
+        download_mode=mode.FORCE_REDOWNLOAD if overwrite else mode.REUSE_DATASET_IF_EXISTS,
+    )
+    builder.download_and_prepare(download_config=download_config)
+    return builder
+
+
 def build(
-    name: str, manual_dir: str | Path, data_dir: str | Path, config: str = features.QA_CONFIG
+    name: str,
+    manual_dir: str | Path,
+    data_dir: str | Path,
+    config: str = features.QA_CONFIG,
+    *,
+    overwrite: bool = False,
 ) -> tfds.core.DatasetBuilder:
     """Builds one dataset config as array_record files under ``data_dir`` and returns its builder.
 
@@ -186,15 +216,17 @@ def build(
       manual_dir: the folder holding the source file(s).
       data_dir: where TFDS writes ``<name>/<config>/<version>/``.
       config: ``"qa"`` or ``"conversations"``.
+      overwrite: rebuild a dataset that is already there (else FileExistsError).
 
     Returns:
-      The prepared builder. Read it back with ``builder.as_data_source()`` or
-      ``tfds.data_source(f"{name}/{config}", data_dir=data_dir)``: random access by index,
-      examples decoded to numpy / bytes, no TensorFlow.
+      The prepared builder. Read it back with ``builder.as_data_source()``,
+      ``tfds.data_source(f"{name}/{config}", data_dir=data_dir)`` (random access by index,
+      examples decoded to numpy / bytes, no TensorFlow) or ``read.read_conversations``.
     """
     if name not in BUILDERS:
         raise ValueError(f"unknown dataset {name!r}; expected one of {sorted(BUILDERS)}")
+    configs = [c.name for c in BUILDERS[name].BUILDER_CONFIGS]
+    if config not in configs:
+        raise ValueError(f"unknown config {config!r} of {name}; expected one of {configs}")
     builder = BUILDERS[name](config=config, data_dir=str(data_dir), file_format="array_record")
-    download_config = tfds.download.DownloadConfig(manual_dir=str(manual_dir))
-    builder.download_and_prepare(download_config=download_config)
-    return builder
+    return prepare(builder, manual_dir, overwrite=overwrite)

@@ -6,7 +6,8 @@ Two configs, one per granularity, because their examples have nothing in common:
   and evaluation iterate over.
 * ``conversations``: one example per conversation, keyed by ``sample_id``, holding its sessions,
   turns and questions (questions without evidence: nested variable-length lists are left out, and
-  the ``qa`` config has the evidence under the same sample id and index).
+  the ``qa`` config has the evidence under the same sample id and index), and the whole record as
+  JSON (``record``, see ``memr1.data.record_json``), which is what memr1 reads back.
 
 Absent optional values are stored as ``""`` (text) so that every feature has a fixed type.
 """
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 import tensorflow_datasets as tfds
 
+from memr1.data.record_json import conversation_to_json
 from memr1.data.records import QA, Conversation
 
 QA_CONFIG = "qa"
@@ -73,6 +75,7 @@ def conversation_features() -> tfds.features.FeaturesDict:
             "qa": tfds.features.Sequence(
                 {"question": _text(), "answer": _text(), "category": np.int32}
             ),
+            "record": _text(doc="the whole Conversation as JSON (memr1.data.record_json)"),
         }
     )
 
@@ -124,4 +127,5 @@ def conversation_example(conversation: Conversation) -> dict[str, Any]:
             {"question": q.question, "answer": q.answer, "category": q.category}
             for q in conversation.qa
         ],
+        "record": conversation_to_json(conversation),
     }
