@@ -211,5 +211,4 @@ def test_loop_config_reads_the_train_section_and_the_seed():
         "n_micro": 2,
         "oversample": 3,
         "desc": "manager/grpo",
-        "inject_nonfinite": (),
     }

@@ -148,7 +148,14 @@ def _speaker_candidates(
             template = f"Which restaurant would {{name}} prefer, {options[0]} or {options[1]}?"
             ask(OPEN_DOMAIN, template, key, cuisine, [fact.dia_id])
 
-    adoptions = [f for f in facts["pets"] if f.action != "repeat"]
+    _pet_questions(rng, name, state, facts["pets"], vocab, days, ask, out)
+    _hobby_questions(rng, state, facts["hobbies"], vocab, ask)
+    return out
+
+
+def _pet_questions(rng, name, state, pet_facts, vocab, days, ask, out) -> None:
+    """The questions about a speaker's pets: kind, names, count, adoption dates, a gift."""
+    adoptions = [f for f in pet_facts if f.action != "repeat"]
     if adoptions:
         species, plural = state.species, vocab.plural(state.species)
         first, every = [adoptions[0].dia_id], [f.dia_id for f in adoptions]
@@ -174,7 +181,10 @@ def _speaker_candidates(
         template = f"Which gift would suit {{name}} better, {options[0]} or {options[1]}?"
         ask(OPEN_DOMAIN, template, "pets", gift, first)
 
-    taken = [f for f in facts["hobbies"] if f.action != "repeat"]
+
+def _hobby_questions(rng, state, hobby_facts, vocab, ask) -> None:
+    """The questions about a speaker's hobbies: which, and a venue they would enjoy."""
+    taken = [f for f in hobby_facts if f.action != "repeat"]
     if len(taken) == 1:
         ask(
             SINGLE_HOP,
@@ -200,7 +210,6 @@ def _speaker_candidates(
         rng.shuffle(options)
         template = f"Which would {{name}} enjoy more, {options[0]} or {options[1]}?"
         ask(OPEN_DOMAIN, template, "hobbies", venue, [fact.dia_id])
-    return out
 
 
 def _in_order(dia_ids: Iterable[str]) -> tuple[str, ...]:
