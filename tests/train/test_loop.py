@@ -19,6 +19,9 @@ from memr1.train.checkpoint import Checkpointer
 from memr1.train.metrics_log import MetricsWriter, read_jsonl
 from tests.train import tiny
 
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 STATES = [
     rollout.AnswerState(
         question=f"Where does {name} live?",
