@@ -289,28 +289,21 @@ def create_train_state(
         base weights under LoRA, no LM head) with a zero value head, as verl starts its critic
         from the actor (`memr1.rl.critic.trunk_from_policy`); False: `critic_params`, or a
         random trunk if None.
-      materialize: False allocates nothing and returns (setup, None): a run that resumes from a
-        checkpoint restores straight into `setup.abstract_state`.
+      materialize: False allocates nothing and returns (setup, None), for a resumed run.
     Returns:
       (setup, state), with every array of `state` placed by `setup.state_shardings`.
     """
-    if critic_cfg is not None and critic_optim is None:
-        raise ValueError("a critic (critic_cfg) needs its optimiser: pass critic_optim")
-    if critic_params is not None and critic_from_policy:
-        raise ValueError("critic_params are start weights: pass critic_from_policy=False")
+    _check_critic_args(critic_cfg, critic_optim, critic_params, critic_from_policy)
     if module_fn is None:
         module_fn = lambda: Transformer(model_cfg, nnx.Rngs(params=seed))
     tx = make_optimizer(optim)
     graphdef, (p, o), (p_sh, o_sh), (p_abs, o_abs) = _init_part(
         mesh, module_fn, tx, trainable, params, rules, materialize
     )
-    c_graphdef = c_tx = c_p = c_o = c_psh = c_osh = c_pabs = c_oabs = None
-    if critic_cfg is not None:
-        c_tx = make_optimizer(critic_optim)
-        start = p if critic_from_policy else None
-        c_graphdef, (c_p, c_o), (c_psh, c_osh), (c_pabs, c_oabs) = _init_critic(
-            mesh, critic_cfg, c_tx, seed, start, critic_params, rules, materialize
-        )
+    c_graphdef, c_tx, (c_p, c_o), (c_psh, c_osh), (c_pabs, c_oabs) = _maybe_critic(
+        mesh, critic_cfg, critic_optim, critic_params, critic_from_policy, seed, p, rules,
+        materialize,
+    )  # fmt: skip
     replicated = NamedSharding(mesh, PartitionSpec())
     shardings = TrainState(replicated, p_sh, o_sh, replicated, replicated, c_psh, c_osh)
     abstract = _abstract_state(seed, (p_abs, o_abs, c_pabs, c_oabs), shardings)
@@ -339,6 +332,26 @@ def create_train_state(
         critic_opt_state=c_o,
     )
     return setup, state
+
+
+def _check_critic_args(cfg, optim, params, from_policy) -> None:
+    if cfg is not None and optim is None:
+        raise ValueError("a critic (critic_cfg) needs its optimiser: pass critic_optim")
+    if params is not None and from_policy:
+        raise ValueError("critic_params are start weights: pass critic_from_policy=False")
+
+
+def _maybe_critic(mesh, cfg, optim, params, from_policy, seed, policy_params, rules, materialize):
+    """(graphdef, tx, (params, opt state), (shardings...), (abstract...)) of the PPO value model,
+    or Nones when `cfg` is None; see `create_train_state` for the arguments."""
+    if cfg is None:
+        return None, None, (None, None), (None, None), (None, None)
+    tx = make_optimizer(optim)
+    start = policy_params if from_policy else None
+    graphdef, values, shardings, abstract = _init_critic(
+        mesh, cfg, tx, seed, start, params, rules, materialize
+    )
+    return graphdef, tx, values, shardings, abstract
 
 
 def _abstract_state(seed: int, parts: tuple, shardings: TrainState) -> TrainState:

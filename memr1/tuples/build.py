@@ -295,14 +295,7 @@ def build_tuples(
     cached([f for by_turn in facts.values() for fs in by_turn.values() for f in fs])
     links = {c.sample_id: linked_qa(c) for c in conversations}
     collector = _Collector(cfg, facts, links, cached, _builder_name(cfg, teacher))
-    jobs, fact_turns, with_qa = [], 0, 0
-    for conv in conversations:
-        turns = tuple(conv.iter_turns())
-        candidates = [p for p, t in enumerate(turns) if t.dia_id in facts[conv.sample_id]]
-        cited = [p for p in candidates if turns[p].dia_id in links[conv.sample_id]]
-        fact_turns, with_qa = fact_turns + len(candidates), with_qa + len(cited)
-        chosen = cited if cfg.only_with_qa else candidates
-        jobs += _jobs(conv, turns, chosen, cfg.window)
+    jobs, fact_turns, with_qa = _plan_jobs(conversations, facts, links, cfg)
     log(f"building {len(jobs)} banks with the {collector.name} builder")
     common = dict(embed=cached, spec=cfg.bank, dim=dim, on_state=collector)
     if _is_policy(teacher):
@@ -331,6 +324,20 @@ def build_tuples(
     answer = [a for sample_id in ids for a in collector.answer[sample_id]]
     counts = _counts(conversations, fact_turns, with_qa, manager, answer, collector.final_sizes)
     return TupleSet(manager=manager, answer=answer, counts=counts)
+
+
+def _plan_jobs(conversations, facts, links, cfg: TupleConfig) -> tuple[list, int, int]:
+    """The bank-building jobs of every chosen turn, and the counts of turns with facts and of
+    those some question cites."""
+    jobs, fact_turns, with_qa = [], 0, 0
+    for conv in conversations:
+        turns = tuple(conv.iter_turns())
+        candidates = [p for p, t in enumerate(turns) if t.dia_id in facts[conv.sample_id]]
+        cited = [p for p in candidates if turns[p].dia_id in links[conv.sample_id]]
+        fact_turns, with_qa = fact_turns + len(candidates), with_qa + len(cited)
+        chosen = cited if cfg.only_with_qa else candidates
+        jobs += _jobs(conv, turns, chosen, cfg.window)
+    return jobs, fact_turns, with_qa
 
 
 def _check_inputs(conversations: Sequence[Conversation], cfg: TupleConfig, teacher: Any) -> None:

@@ -7,6 +7,7 @@ quietly stops generating cannot pass; run with ``-s`` to see the counts.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +26,9 @@ from .support import (
     serialize,
     valid_ops,
 )
+
+# Thousands of generated inputs: about a minute on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
 
 N_RANDOM, N_STRUCTURED, N_MUTATED, N_ANSWER_RANDOM, N_ANSWER_BUILT = 2500, 2000, 1800, 3200, 1000
 

@@ -17,6 +17,9 @@ from memr1.tuples.cli import main
 from tests.data.helpers import REAL_LOCOMO, REPO, needs_real_locomo
 from tests.data.test_tuples import write_synth
 
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 
 def _run(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1"}

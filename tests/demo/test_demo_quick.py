@@ -18,6 +18,9 @@ from experiments.cpu_demo.run import SYSTEMS
 from memr1.train.metrics_log import read_jsonl
 from tests.tool import load_tool
 
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 
 def _check_rl_states(seed):
     """Both RL stages read rl_tuples: the answer tuples of the teacher's and the careful

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 STAGES = ("tuples", "answer", "manager", "evaluate", "export")
 

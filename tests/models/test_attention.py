@@ -26,6 +26,9 @@ import pytest
 
 from memr1.models import attention, masks
 
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 B, H, K, N = 3, 6, 2, 16  # G = 3
 ROOT = Path(__file__).resolve().parents[2]
 

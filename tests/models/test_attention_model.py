@@ -20,6 +20,9 @@ from memr1.rl import logprobs
 from memr1.sampling.sampler import Sampler
 from tests.tool import load_tool
 
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 CFG = get_size(
     "tiny",
     vocab_size=97,

@@ -14,6 +14,9 @@ from memr1 import generate
 
 from .tiny_hf import VOCAB, make_hf_model, make_tokenizer, read_config, write_config
 
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "the cat sat on a mat, and the dog ran!"
 

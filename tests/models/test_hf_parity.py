@@ -22,6 +22,9 @@ from memr1.models.hf_io import INDEX_FILE, load_hf
 
 from .tiny_hf import hf_logits, make_hf_model
 
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 TOL = 1e-4  # max |diff| / max |reference logit|
 

@@ -20,6 +20,9 @@ from memr1.rl.logprobs import sequence_logprobs
 from memr1.train import lora
 from tests.train import tiny
 
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 CFG = get_size(
     "tiny",
     vocab_size=61,

@@ -16,6 +16,9 @@ from memr1 import evaluate
 from memr1.data.locomo import load_locomo
 from tests.train import tiny
 
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

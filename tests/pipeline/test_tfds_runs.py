@@ -19,6 +19,9 @@ from memr1.tuples import write_tuples
 from memr1.tuples.to_tfds import main as build_tuples_dataset
 from tests.data.test_tuples import build, synth_conversations
 
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

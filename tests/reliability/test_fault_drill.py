@@ -14,6 +14,9 @@ import pytest
 from memr1.drill.checks import log_differences, raw_records, record_differences
 from memr1.train.metrics_log import LaggedMetrics, is_wall_clock
 
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
 

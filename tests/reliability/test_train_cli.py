@@ -13,8 +13,13 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from memr1.models.tokenizer_train import train_bpe_tokenizer
 from memr1.train.metrics_log import read_jsonl
+
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}

@@ -22,6 +22,9 @@ from memr1.train.metrics_log import MetricsWriter, NonFiniteError, is_wall_clock
 from tests.reliability.conftest import LENGTH, OPTIM, SFT_CFG
 from tests.train import tiny
 
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 
 class Killed(Exception):
     """Stands in for SIGKILL: the run stops where it is, with nothing cleaned up by the loop."""

@@ -10,6 +10,9 @@ from memr1.models.config import get_size
 from memr1.models.transformer import forward, init_model, logits_fn
 from memr1.rl import logprobs
 
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 CFG = get_size(
     "tiny",
     vocab_size=97,

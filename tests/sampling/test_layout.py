@@ -16,6 +16,9 @@ from tests.fake_devices import run_check
 from tests.sampling.reference import TEST_CFG
 from tests.tool import load_tool
 
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 
 def test_decode_spec_keeps_only_the_tensor_axis():
     assert decode_spec(P("tensor", "fsdp")) == P("tensor", None)

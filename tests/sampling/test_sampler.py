@@ -8,6 +8,9 @@ from memr1.models.vocab import OutOfVocabError
 from memr1.sampling import Sampler
 from tests.sampling.reference import TEST_CFG, naive_greedy, noisy_model, trainer_logprobs
 
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 # Different lengths, so rows are left-padded by different amounts inside one bucket.
 PROMPTS = [[5, 17, 3], [9, 1, 44, 2, 71, 30, 8, 62, 11, 90, 4], [33, 2, 58, 7, 19, 100, 6]]
 NEW = 10

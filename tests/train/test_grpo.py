@@ -14,6 +14,9 @@ from memr1.train import steps, update
 from tests.train import tiny
 from tests.train.conftest import GRPO_CFG
 
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 
 def _sequence_logp(logp_fn, params, batch):
     logp = np.asarray(logp_fn(params, batch))

@@ -19,6 +19,9 @@ from memr1.train.checkpoint import Checkpointer
 from memr1.train.metrics_log import MetricsWriter, read_jsonl
 from tests.train import tiny
 
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 STATES = [
     rollout.AnswerState(
         question=f"Where does {name} live?",
@@ -211,5 +214,4 @@ def test_loop_config_reads_the_train_section_and_the_seed():
         "n_micro": 2,
         "oversample": 3,
         "desc": "manager/grpo",
-        "inject_nonfinite": (),
     }

@@ -17,6 +17,9 @@ from memr1.train.checkpoint import Checkpointer, restore_params
 from tests.tool import load_tool
 from tests.train import tiny
 
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 LORA = lora.LoraConfig.from_config(tiny.config(lora_rank=4, lora_alpha=8.0))
 STEPS = 4
 

@@ -2,7 +2,12 @@
 policy and frozen answerer in shards (see `lora_multidevice_check.py`, run in a subprocess because
 the fake device count is fixed when XLA starts)."""
 
+import pytest
+
 from tests.fake_devices import run_check
+
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
 
 
 def test_lora_step_and_train_setup_on_eight_devices():

@@ -9,6 +9,9 @@ import pytest
 
 from tests.fake_devices import run_check
 
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.slow
 def test_sharded_steps_match_one_device_and_shard_the_state():

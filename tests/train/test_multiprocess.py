@@ -22,6 +22,9 @@ from memr1.train.metrics_log import read_jsonl
 from tests.train import multiprocess_check as check
 from tests.train import multiprocess_rl as rl
 
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 # Metrics that the two-process run and the one-device reference must agree on.
 SAME = (

@@ -10,6 +10,9 @@ from memr1.rl import critic, ppo
 from memr1.train import mesh, state, steps
 from tests.train import tiny
 
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 
 def _flat(params) -> dict:
     return {p: v.get_value() for p, v in nnx.to_flat_state(params)}

@@ -16,6 +16,9 @@ from memr1.train import loop, mesh, state
 from memr1.train.batches import pack_rollout
 from tests.train import tiny
 
+# Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 SAMPLE_T, G, NEW = 0.7, 4, 8
 CFG = tiny.CFG.replace(remat=False)
 
