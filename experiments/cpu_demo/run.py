@@ -40,7 +40,15 @@ from memr1.data.split import split_conversations
 from memr1.data.synthloco import generate as synth
 from memr1.train.checkpoint import COMMIT_MARKER
 
-SYSTEMS = ("locomo_rag", "mem0", "memory_sft", "memory_r1")
+SYSTEMS = ("locomo_rag", "mem0", "memory_sft", "sft_manager_rl_answer", "memory_r1")
+# The trained systems: memr1.evaluate's system and the stages whose checkpoints are the manager
+# and the Answer Agent. sft_manager_rl_answer is the ablation that isolates the manager stage:
+# memory_r1's RL Answer Agent on the banks of the SFT manager.
+TRAINED = {
+    "memory_sft": ("memory_sft", "sft", "sft"),
+    "sft_manager_rl_answer": ("memory_r1", "sft", "rl_answer"),
+    "memory_r1": ("memory_r1", "rl_manager", "rl_answer"),
+}
 BANKS = ("teacher", "careful")  # whose banks a stage's states are built on (config.banks)
 PRESET_NAME = "experiments.cpu_demo"
 
@@ -323,13 +331,11 @@ class SeedRun:
         overrides = stage_overrides(self.c, self.seed, stage="eval")
         overrides["data.path"] = str(self.data / f"{split}.json")
         overrides["data.gold_ops"] = str(self.data / "gold_ops.json")
-        config = load_config(f"system={system},dataset=synthloco,runlocal", overrides)
-        manager = answer = None
-        if system == "memory_sft":
-            manager = answer = str(self.sft / "checkpoints")
-        elif system == "memory_r1":
-            manager = str(self.rl_manager / "checkpoints")
-            answer = str(self.rl_answer / "checkpoints")
+        name, manager, answer = TRAINED.get(system, (system, None, None))
+        config = load_config(f"system={name},dataset=synthloco,runlocal", overrides)
+        if manager is not None:
+            manager = str(getattr(self, manager) / "checkpoints")
+            answer = str(getattr(self, answer) / "checkpoints")
         return evaluate(
             config,
             hf_dir=str(self.sft_export),
