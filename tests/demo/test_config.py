@@ -52,10 +52,10 @@ def test_the_full_demo_stages_run_with_these_flags():
     ]
     answer = [
         "--config.train.warmup_steps=5",
-        "--config.train.steps=120",
+        "--config.train.steps=90",
         "--config.train.batch_size=16",
         "--config.train.lr=0.0003",
-        "--config.train.checkpoint_every=120",
+        "--config.train.checkpoint_every=90",
         "--config.train.group_size=8",
         "--config.train.max_new_tokens=40",
     ]
