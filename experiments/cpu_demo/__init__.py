@@ -3,9 +3,10 @@ docs/demo.md).
 
 config         the demo's config: its synthloco world, teachers, traces and every stage's size
 sentences      reading synthloco facts, memories and questions back into structure
-teacher        the Mem0-like Memory Manager teacher (imperfect by design)
+teacher        the Mem0-like Memory Manager teacher (imperfect by design) and the careful one
 answer_teacher the careless Answer Agent teacher (imperfect by design)
 traces         the SFT warm start's JSONL rows from the teachers' replies (+ manager copy rows)
+read_rows      answer rows over random words that only reading the prompt can answer
 augment        entity renaming of trace rows (copying becomes the only way to be right)
 run            one seed, stage by stage, through the train and evaluate entry points
 commands       the config overrides per stage and the train subprocess

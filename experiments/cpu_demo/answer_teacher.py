@@ -16,7 +16,9 @@ prompt asks for the newest. On the demo's validation split (seed 0, teacher-buil
 pick alone costs about one EM point, because a stale and a current memory are rarely both
 retrieved (77.6 EM); person-blind it scores 64.7, and hedging always as well 45.7 (docs/demo.md).
 These systematic errors are what greedy decoding of a policy cloned from it inherits, and what
-RL on exact match can repair.
+RL on exact match can repair. The questions whose answer only the right manager operation gets
+right (lists and plans, ``LIST_AND_PLAN_KINDS``) it can be told to read without the flaws
+(``careful_kinds``, on in the demo), so that the warm start is shown them answered right.
 
 The reply is written with the real formatter (``format_answer_output``): the chosen memories'
 texts as the distilled memories (without timestamps: a shorter line is easier for a tiny model
@@ -30,7 +32,7 @@ import datetime as dt
 import hashlib
 import json
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -38,6 +40,7 @@ from experiments.cpu_demo.sentences import Question, Sentence, parse_question, p
 from memr1.data.locomo import parse_locomo_date
 from memr1.data.synthloco.dates import resolve
 from memr1.data.synthloco.gold import join_items
+from memr1.data.synthloco.qa import NO_PLAN
 from memr1.data.synthloco.world import FOODS, HOBBIES, NUMBER_WORDS, article
 from memr1.env.answer_io import format_answer_output, parse_answer_input
 from memr1.env.policy import Completion
@@ -45,6 +48,11 @@ from memr1.env.prompts import check_style
 
 UNKNOWN = "unknown"
 Memory = tuple[str, str]  # (when, text) as render_answer_input takes them
+# The questions whose answer turns on a manager's operation that only the right one gets right:
+# a whole list (merged, or split and lost) and a plan (called off and deleted, or kept). The
+# demo's teacher reads these carefully (``careful_kinds``), so that the frozen Answer Agent can
+# show the manager stage what a merge or a DELETE is worth.
+LIST_AND_PLAN_KINDS = ("pet_names", "pet_count", "hobby_list", "trip", "event")
 
 
 def _day(when: str) -> dt.date | None:
@@ -98,6 +106,8 @@ def _relevant(question: Question, name: str | None, memories: Sequence[Memory]):
 def read_answer(question: Question, sentence: Sentence, when: str) -> str:
     """The answer one memory gives to a single-person question."""
     kind = question.kind
+    if kind in NO_PLAN and sentence.kind == "cancel":
+        return NO_PLAN[kind]  # the plan is off, and no other is known
     if kind in ("city", "job", "food", "trip", "event", "hobby", "pet_name"):
         return sentence.value
     if kind in ("city_date", "job_date", "pet_date"):
@@ -116,6 +126,11 @@ def read_answer(question: Question, sentence: Sentence, when: str) -> str:
         venues = [dict(HOBBIES).get(item, "") for item in sentence.items]
         return next((o for o in question.options if o in venues), _option(question.options, ""))
     return UNKNOWN
+
+
+def absent_answer(question: Question) -> str:
+    """The answer when no memory is related: no plan for a plan question, else unknown."""
+    return NO_PLAN.get(question.kind, UNKNOWN)
 
 
 def _joint_answer(question: Question, picks: Sequence[Sentence | None]) -> str:
@@ -158,6 +173,9 @@ class CarelessAnswerTeacher:
       newest: pick the newest related memory, as the prompt asks, instead of the careless pick
         (``stale_bias``). With ``person_blind`` and ``hedge`` off this is the careful reader
         of the reward probe (``RuleReader``): every flaw removed, still one memory per person.
+      careful_kinds: question kinds (``sentences.Question.kind``) it reads as the careful
+        reader does whatever the flags above say: the asked person's newest related memory, no
+        hedging. A list question is then answered with that memory's whole list.
     """
 
     name = "careless-reader-rules"
@@ -169,6 +187,7 @@ class CarelessAnswerTeacher:
         person_blind: bool = False,
         hedge: float = 0.0,
         newest: bool = False,
+        careful_kinds: Collection[str] = (),
     ):
         if not 0.0 <= float(hedge) <= 1.0:
             raise ValueError(f"CarelessAnswerTeacher.hedge: expected a probability, got {hedge}")
@@ -177,6 +196,7 @@ class CarelessAnswerTeacher:
         self.person_blind = bool(person_blind)
         self.hedge = float(hedge)
         self.newest = bool(newest)
+        self.careful_kinds = frozenset(careful_kinds)
 
     def _rng(self, question: str, memories: Mapping[str, Sequence[Memory]]) -> random.Random:
         blob = json.dumps(
@@ -194,8 +214,9 @@ class CarelessAnswerTeacher:
         rng = self._rng(question, memories_by_speaker)
         lines, picks = [], []
         one_person = len(parsed.names) == 1
+        careful = parsed.kind in self.careful_kinds
         # Person-blind on a one-person question: every speaker's memories, nobody's name checked.
-        blind = self.person_blind and one_person
+        blind = self.person_blind and one_person and not careful
         for name in parsed.names:
             if blind:
                 everyone = [m for speaker in memories_by_speaker.values() for m in speaker]
@@ -205,10 +226,11 @@ class CarelessAnswerTeacher:
             if not relevant:
                 picks.append(None)
                 continue
-            if self.hedge and one_person and len(relevant) > 1 and rng.random() < self.hedge:
+            hedging = self.hedge and one_person and not careful and len(relevant) > 1
+            if hedging and rng.random() < self.hedge:
                 return _hedged(parsed, relevant, rng)
             # The designed flaw: the oldest related memory, or any; never a deliberate newest.
-            if self.newest:
+            if self.newest or careful:
                 (when, text), sentence = max(relevant, key=lambda r: _age_key(r[0][0]))
             elif rng.random() < self.stale_bias:
                 (when, text), sentence = min(relevant, key=lambda r: _age_key(r[0][0]))
@@ -219,7 +241,7 @@ class CarelessAnswerTeacher:
         if len(parsed.names) == 2:
             return lines, _joint_answer(parsed, [p[0] if p else None for p in picks])
         if picks[0] is None:
-            return lines, UNKNOWN
+            return lines, absent_answer(parsed)
         return lines, read_answer(parsed, *picks[0])
 
     def reply(

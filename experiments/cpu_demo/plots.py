@@ -72,10 +72,11 @@ def em_by_system(summaries: Sequence[Mapping[str, Any]], out: Path) -> Path:
     ems = np.array([[100 * overall(s["results"][name]) for name in systems] for s in summaries])
     fig, ax = plt.subplots(figsize=(6, 3.4))
     x = np.arange(len(systems))
-    ax.bar(x, ems.mean(0), color=["#999999", "#bbbbbb", "#6a9fd4", "#d4736a"])
+    colors = {"memory_sft": "#6a9fd4", "sft_manager_rl_answer": "#b08fd0", "memory_r1": "#d4736a"}
+    ax.bar(x, ems.mean(0), color=[colors.get(name, "#aaaaaa") for name in systems])
     for row in ems:
         ax.scatter(x, row, color="black", s=12, zorder=3)
-    ax.set_xticks(x, systems)
+    ax.set_xticks(x, systems, rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("EM on held-out conversations (%)")
     ax.set_title(f"Exact match per system ({len(summaries)} seed(s))")
     ax.grid(axis="y", alpha=0.3)

@@ -16,9 +16,18 @@ SYSTEM_NOTES = {
     "locomo_rag": "raw turns as memories, no manager; the warm-started model answers directly",
     "mem0": "warm-started model as a prompted Mem0 pipeline: it manages memory, answers directly",
     "memory_sft": "warm-started (SFT) manager and answer agent, answers with distillation",
+    "sft_manager_rl_answer": "the SFT manager's banks read by memory_r1's RL Answer Agent "
+    "(the ablation that isolates the manager stage)",
     "memory_r1": "RL-trained manager and answer agent, answers with distillation",
 }
 OP_KINDS = ("ADD", "UPDATE", "DELETE", "NOOP", "invalid")
+GOLD_OPS = ("ADD", "UPDATE", "DELETE", "NOOP")
+# The paper's ablation: which manager and which Answer Agent each row pairs.
+ABLATION = (
+    ("memory_sft", "SFT manager + SFT answerer"),
+    ("sft_manager_rl_answer", "SFT manager + RL answerer"),
+    ("memory_r1", "RL manager + RL answerer"),
+)
 
 
 def overall(results: Mapping[str, Any], metric: str = "em") -> float:
@@ -34,6 +43,29 @@ def em_gain(summary: Mapping[str, Any]) -> float:
     """Memory-R1's EM minus the SFT warm start's, in points."""
     res = summary["results"]
     return 100.0 * (overall(res["memory_r1"]) - overall(res["memory_sft"]))
+
+
+def manager_gain(summary: Mapping[str, Any]) -> float:
+    """The manager stage's EM gain in points: memory_r1 over the SFT manager with the same RL
+    Answer Agent."""
+    res = summary["results"]
+    return 100.0 * (overall(res["memory_r1"]) - overall(res["sft_manager_rl_answer"]))
+
+
+def gold_op_accuracy(results: Mapping[str, Any], ops: Sequence[str]) -> float | None:
+    """The share of turns whose gold kind is one of ``ops`` that the manager got right (None
+    without gold ops or without such turns)."""
+    acc = results["operations"].get("op_accuracy")
+    if not acc:
+        return None
+    per = [acc["per_gold_op"][op] for op in ops]
+    n = sum(v["n"] for v in per)
+    return sum(v["correct"] for v in per) / n if n else None
+
+
+def mean_bank_size(results: Mapping[str, Any]) -> float:
+    sizes = [b["size"] for b in results["operations"]["banks"].values()]
+    return sum(sizes) / max(len(sizes), 1)
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -71,10 +103,29 @@ def operations_table(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
     lines = [head, "|---|---|" + "---|" * (len(OP_KINDS) + 1)]
     for system, res in results.items():
         ops = res["operations"]
-        sizes = [b["size"] for b in ops["banks"].values()]
         counts = " | ".join(str(ops["ops"].get(k, 0)) for k in OP_KINDS)
-        mean = sum(sizes) / max(len(sizes), 1)
+        mean = mean_bank_size(res)
         lines.append(f"| {system} | {_pct(op_accuracy(res))} | {counts} | {mean:.1f} |")
+    return lines
+
+
+def ablation_table(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """EM, op accuracy (overall and per gold kind: correct/n) and bank size of the ablation's
+    three manager/answerer pairs."""
+    head = "| manager + answerer | EM | op accuracy | " + " | ".join(GOLD_OPS) + " | bank size |"
+    lines = [head, "|---|---|---|" + "---|" * (len(GOLD_OPS) + 1)]
+    for system, label in ABLATION:
+        res = results[system]
+        acc = res["operations"].get("op_accuracy") or {}
+        per = acc.get("per_gold_op", {})
+        kinds = " | ".join(
+            f"{_pct(per[op]['accuracy'])} ({per[op]['correct']}/{per[op]['n']})" if op in per else "—"
+            for op in GOLD_OPS
+        )
+        lines.append(
+            f"| {label} | {_pct(overall(res))} | {_pct(op_accuracy(res))} | {kinds} "
+            f"| {mean_bank_size(res):.1f} |"
+        )
     return lines
 
 
@@ -100,6 +151,9 @@ def seed_section(summary: Mapping[str, Any]) -> list[str]:
     ]
     lines += ["each fact turn against synthloco's gold label; never used in training):", ""]
     lines += operations_table(res) + [""]
+    if all(system in res for system, _ in ABLATION):
+        lines += ["Ablation (per gold kind: share of its turns done right, correct/n):", ""]
+        lines += ablation_table(res) + [""]
     for system in ("memory_sft", "memory_r1"):
         if system in res:
             lines.append(f"- {system} accuracy per gold op: {per_gold_op(res[system])}")
@@ -114,6 +168,31 @@ def seed_section(summary: Mapping[str, Any]) -> list[str]:
         "Wall time per stage (s): "
         + ", ".join(f"{k} {v}" for k, v in summary["timings_s"].items()),
     ]
+    return lines + [""]
+
+
+def manager_stage_lines(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The manager stage over seeds: its EM gain over the SFT manager with the same RL Answer
+    Agent, and operation accuracy per gold kind before (SFT manager) and after (RL manager)."""
+    gains = [manager_gain(s) for s in summaries]
+    m, sd = mean_std(gains)
+    lines = [
+        f"**EM gain of the manager stage (memory_r1 over sft_manager_rl_answer): {m:+.1f} ± "
+        f"{sd:.1f} points** (per seed: {', '.join(f'{g:+.1f}' for g in gains)}).",
+        "",
+        "| gold kind | op accuracy SFT manager → RL manager, per seed | mean change (points) |",
+        "|---|---|---|",
+    ]
+    for ops in (*((op,) for op in GOLD_OPS), ("UPDATE", "DELETE"), GOLD_OPS):
+        pairs = [
+            tuple(gold_op_accuracy(s["results"][k], ops) for k in ("memory_sft", "memory_r1"))
+            for s in summaries
+        ]
+        op = "all" if ops == GOLD_OPS else " + ".join(ops)
+        per = ", ".join(f"{_pct(a)} → {_pct(b)}" for a, b in pairs)
+        deltas = [100 * (b - a) for a, b in pairs if a is not None and b is not None]
+        mean = f"{statistics.fmean(deltas):+.1f}" if deltas else "—"
+        lines.append(f"| {op} | {per} | {mean} |")
     return lines + [""]
 
 
@@ -157,6 +236,8 @@ def render(summaries: Sequence[Mapping[str, Any]], *, algo: str, config: Any) ->
         + ".",
         "",
     ]
+    if all(system in s["results"] for s in summaries for system, _ in ABLATION):
+        lines += manager_stage_lines(summaries)
     for summary in summaries:
         lines += seed_section(summary)
     return "\n".join(lines)

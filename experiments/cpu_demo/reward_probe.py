@@ -28,18 +28,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from experiments.cpu_demo.teacher import ManagerRates, MemZeroLikeTeacher
+from experiments.cpu_demo.teacher import CAREFUL, ManagerRates, MemZeroLikeTeacher
 from memr1.env.manager_io import format_manager_output
 
 BEHAVIOURS: dict[str, ManagerRates | None] = {
-    "clean": ManagerRates(
-        list_merge=1.0,
-        list_delete_add=0.0,
-        change_update=1.0,
-        change_delete_add=0.0,
-        cancel_delete=1.0,
-        repeat_noop=1.0,
-    ),
+    "clean": CAREFUL,
     # never merges, never deletes, never skips: every fact becomes a new memory
     "add": ManagerRates(0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
     "delete_add": ManagerRates(

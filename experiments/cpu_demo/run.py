@@ -2,12 +2,15 @@
 
   data       synthloco world of the seed: train / validation / test conversations + gold ops
   tuples     the train split's banks, built turn by turn by the Mem0-like manager teacher
-  traces     SFT rows: the manager teacher's ops and the careless answer teacher's replies
+  careful_tuples  the same banks built by the careful manager (teacher.CAREFUL): lists merged,
+             values replaced, cancelled plans deleted
+  traces     SFT rows: the manager teacher's ops, the answer teacher's replies on the banks of
+             ``banks.answer``, manager copy rows and answer reading rows (read_rows.py)
   tokenizer  byte-level BPE on the train split's text (train_bpe_tokenizer), HF format
   base       the tiny backbone, randomly initialised, exported as an HF checkpoint
   sft        one policy warm-started on both agents' traces (memr1.train.train, algo=sft)
-  rl_tuples  the answer stage's states: the train tuples plus entity-renamed copies of the
-             answer tuples
+  rl_tuples  both RL stages' states: the answer tuples of ``banks.answer`` plus entity-renamed
+             copies of them, and the manager tuples of ``banks.manager``
   rl_answer  GRPO (or PPO) of the Answer Agent from the warm start, reward = EM
   rl_manager GRPO (or PPO) of the manager from the warm start, reward = EM of the FROZEN
              RL-trained Answer Agent over the bank each sampled output produces
@@ -28,16 +31,25 @@ from typing import Any
 
 import ml_collections
 
-from experiments.cpu_demo import augment, traces
+from experiments.cpu_demo import augment, read_rows, traces
 from experiments.cpu_demo.answer_teacher import CarelessAnswerTeacher
 from experiments.cpu_demo.commands import config_flags, load_config, run_module, stage_overrides
 from experiments.cpu_demo.config import synth_config
-from experiments.cpu_demo.teacher import MemZeroLikeTeacher
+from experiments.cpu_demo.teacher import CAREFUL, MemZeroLikeTeacher
 from memr1.data.split import split_conversations
 from memr1.data.synthloco import generate as synth
 from memr1.train.checkpoint import COMMIT_MARKER
 
-SYSTEMS = ("locomo_rag", "mem0", "memory_sft", "memory_r1")
+SYSTEMS = ("locomo_rag", "mem0", "memory_sft", "sft_manager_rl_answer", "memory_r1")
+# The trained systems: memr1.evaluate's system and the stages whose checkpoints are the manager
+# and the Answer Agent. sft_manager_rl_answer is the ablation that isolates the manager stage:
+# memory_r1's RL Answer Agent on the banks of the SFT manager.
+TRAINED = {
+    "memory_sft": ("memory_sft", "sft", "sft"),
+    "sft_manager_rl_answer": ("memory_r1", "sft", "rl_answer"),
+    "memory_r1": ("memory_r1", "rl_manager", "rl_answer"),
+}
+BANKS = ("teacher", "careful")  # whose banks a stage's states are built on (config.banks)
 PRESET_NAME = "experiments.cpu_demo"
 
 
@@ -58,6 +70,7 @@ class SeedRun:
         self.timings: dict[str, float] = {}
         self.data = self.root / "data"
         self.tuples = self.root / "tuples"
+        self.careful_tuples = self.root / "careful_tuples"
         self.rl_tuples = self.root / "rl_tuples"
         self.sft_data = self.root / "traces" / "sft.jsonl"
         self.tokenizer = self.root / "tokenizer"
@@ -100,8 +113,17 @@ class SeedRun:
         dataset = synth.generate_dataset(synth_config(self.c, self.seed))
         synth.write_dataset(dataset, self.data, preset=PRESET_NAME)
 
-    def teacher_tuples(self, split: str):
-        """The manager and answer tuples of a split, its banks built by the manager teacher."""
+    def bank_dirs(self, which: str) -> list[Path]:
+        """The tuple folders of ``config.banks.<which>`` ("answer" or "manager")."""
+        names = self.c.banks[which]
+        names = (names,) if isinstance(names, str) else tuple(names)
+        if not names or any(n not in BANKS for n in names):
+            raise ValueError(f"config.banks.{which}: expected names from {BANKS}, got {names!r}")
+        return [{"teacher": self.tuples, "careful": self.careful_tuples}[n] for n in names]
+
+    def teacher_tuples(self, split: str, teacher: MemZeroLikeTeacher | None = None):
+        """The manager and answer tuples of a split, its banks built by ``teacher`` (the
+        Mem0-like manager teacher by default)."""
         from memr1.tuples.build import TupleConfig, build_tuples
 
         enc = self.encoder()
@@ -119,12 +141,14 @@ class SeedRun:
             embed=enc.encode,
             dim=enc.dim,
             cfg=cfg,
-            teacher=MemZeroLikeTeacher(self.seed),
+            teacher=MemZeroLikeTeacher(self.seed) if teacher is None else teacher,
         )
 
     def answer_teacher(self) -> CarelessAnswerTeacher:
         t = self.c.answer_teacher
-        return CarelessAnswerTeacher(self.seed, t.stale_bias, t.person_blind, t.hedge)
+        return CarelessAnswerTeacher(
+            self.seed, t.stale_bias, t.person_blind, t.hedge, careful_kinds=t.careful_kinds
+        )
 
     def make_tuples(self) -> None:
         from memr1.tuples import write_tuples
@@ -135,25 +159,41 @@ class SeedRun:
         meta = {"teacher": MemZeroLikeTeacher.name, "window": -1, "counts": built.counts}
         write_tuples(self.tuples, built.manager, built.answer, meta, overwrite=True)
 
+    def make_careful_tuples(self) -> None:
+        """The train split's tuples on banks built by the careful manager (teacher.CAREFUL)."""
+        from memr1.tuples import write_tuples
+
+        if (self.careful_tuples / "metadata.json").is_file():
+            return
+        built = self.teacher_tuples("train", MemZeroLikeTeacher(self.seed, CAREFUL))
+        meta = {"teacher": "careful-rules", "window": -1, "counts": built.counts}
+        write_tuples(self.careful_tuples, built.manager, built.answer, meta, overwrite=True)
+
+    def answer_tuples(self) -> list:
+        """The answer tuples of every folder of ``config.banks.answer``, in order."""
+        from memr1.tuples import read_tuples
+
+        return [t for folder in self.bank_dirs("answer") for t in read_tuples(folder, "answer")]
+
     def make_rl_tuples(self) -> None:
-        """The answer stage's states: the train tuples plus renamed copies of the answer ones."""
+        """Both RL stages' states: the answer tuples plus renamed copies of them, and the
+        manager tuples on the banks of ``config.banks.manager``."""
         from memr1.tuples import read_tuples, write_tuples
 
         if (self.rl_tuples / "metadata.json").is_file():
             return
         copies = self.c.answer.renamed_copies
         lists = augment.entity_lists(synth_config(self.c, self.seed))
-        answer = augment.renamed_answer_states(
-            read_tuples(self.tuples, "answer"), lists, copies, self.seed + 7
-        )
-        meta = {"from": str(self.tuples), "renamed_copies": copies}
-        write_tuples(
-            self.rl_tuples, read_tuples(self.tuples, "manager"), answer, meta, overwrite=True
-        )
+        answer = augment.renamed_answer_states(self.answer_tuples(), lists, copies, self.seed + 7)
+        (banks,) = self.bank_dirs("manager")
+        meta = {"answer_from": [str(d) for d in self.bank_dirs("answer")]}
+        meta.update(manager_from=str(banks), renamed_copies=copies)
+        write_tuples(self.rl_tuples, read_tuples(banks, "manager"), answer, meta, overwrite=True)
 
     def make_traces(self) -> None:
-        """The warm start's rows: both teachers' replies on the train tuples, a share of them with
-        their entities renamed, and the manager copy rows (traces.py, augment.py)."""
+        """The warm start's rows: both teachers' replies on the train tuples (the answer teacher's
+        on the banks of ``config.banks.answer``), a share of them with their entities renamed,
+        the manager copy rows and the answer reading rows (traces.py, augment.py, read_rows.py)."""
         from memr1.tuples import read_tuples
 
         mix_file = self.sft_data.with_name("manager_mix.json")
@@ -165,7 +205,7 @@ class SeedRun:
             read_tuples(self.tuples, "manager"), MemZeroLikeTeacher(self.seed), self.c.style
         )
         answer = traces.answer_rows(
-            read_tuples(self.tuples, "answer"),
+            self.answer_tuples(),
             self.answer_teacher(),
             self.c.style,
             direct_fraction=t.direct_fraction,
@@ -177,6 +217,10 @@ class SeedRun:
         words = traces.target_words(manager + answer)
         rows += traces.manager_copy_rows(
             words, t.manager_copy_rows, t.copy_row_words, self.seed, self.c.style
+        )
+        k = self.c.memory.k_per_speaker
+        rows += read_rows.answer_read_rows(
+            words, t.answer_read_rows, k, self.seed + 2, self.c.style
         )
         traces.write_jsonl(self.sft_data, rows)
         mix_file.write_text(json.dumps(self.trace_mix, indent=1) + "\n")
@@ -246,16 +290,14 @@ class SeedRun:
     def train_answer(self) -> None:
         overrides = stage_overrides(self.c, self.seed, stage="answer", algo=self.algo)
         arg = f"stage=answer,algo={self.algo},runlocal"
-        self._train(arg, overrides, self.rl_answer, init=self.sft, tuples=self.rl_tuples)
+        self._train(arg, overrides, self.rl_answer, init=self.sft)
 
     def train_manager(self) -> None:
         overrides = stage_overrides(self.c, self.seed, stage="manager", algo=self.algo)
         arg = f"stage=manager,algo={self.algo},runlocal"
         self._train(arg, overrides, self.rl_manager, init=self.sft, answer=self.rl_answer)
 
-    def _train(
-        self, arg, overrides, workdir: Path, *, sft_data=None, init=None, answer=None, tuples=None
-    ):
+    def _train(self, arg, overrides, workdir: Path, *, sft_data=None, init=None, answer=None):
         """``python -m memr1.train`` for one stage (it resumes from its own checkpoints).
 
         A stage whose last step is already saved is not started again at all.
@@ -264,10 +306,11 @@ class SeedRun:
         if last.is_file():
             return
         args = config_flags(arg, overrides)
-        tuples = self.tuples if tuples is None else tuples
-        args += [f"--workdir={workdir}", f"--hf_dir={self.base}", f"--tuples={tuples}"]
+        args += [f"--workdir={workdir}", f"--hf_dir={self.base}"]
         if sft_data is not None:
             args.append(f"--sft_data={sft_data}")
+        else:  # both RL stages read their states from rl_tuples
+            args.append(f"--tuples={self.rl_tuples}")
         if init is not None:
             args.append(f"--init_checkpoint={init / 'checkpoints'}")
         if answer is not None:
@@ -288,13 +331,11 @@ class SeedRun:
         overrides = stage_overrides(self.c, self.seed, stage="eval")
         overrides["data.path"] = str(self.data / f"{split}.json")
         overrides["data.gold_ops"] = str(self.data / "gold_ops.json")
-        config = load_config(f"system={system},dataset=synthloco,runlocal", overrides)
-        manager = answer = None
-        if system == "memory_sft":
-            manager = answer = str(self.sft / "checkpoints")
-        elif system == "memory_r1":
-            manager = str(self.rl_manager / "checkpoints")
-            answer = str(self.rl_answer / "checkpoints")
+        name, manager, answer = TRAINED.get(system, (system, None, None))
+        config = load_config(f"system={name},dataset=synthloco,runlocal", overrides)
+        if manager is not None:
+            manager = str(getattr(self, manager) / "checkpoints")
+            answer = str(getattr(self, answer) / "checkpoints")
         return evaluate(
             config,
             hf_dir=str(self.sft_export),
@@ -312,6 +353,8 @@ class SeedRun:
         start = time.perf_counter()
         self._timed("data", self.make_data)
         self._timed("tuples", self.make_tuples)
+        if self.careful_tuples in self.bank_dirs("answer") + self.bank_dirs("manager"):
+            self._timed("careful_tuples", self.make_careful_tuples)
         self._timed("traces", self.make_traces)
         self._timed("tokenizer", self.make_tokenizer)
         self._timed("base", self.make_base)

@@ -56,6 +56,19 @@ class ManagerRates:
     repeat_noop: float = 0.8
 
 
+# Every choice made right: merge a list item, UPDATE a change, DELETE a cancellation, NONE for a
+# repeat. The careful manager that builds the banks an Answer Agent learns to read lists from (as
+# the paper's Answer Agent was trained on a capable manager's banks), and the probe's "clean".
+CAREFUL = ManagerRates(
+    list_merge=1.0,
+    list_delete_add=0.0,
+    change_update=1.0,
+    change_delete_add=0.0,
+    cancel_delete=1.0,
+    repeat_noop=1.0,
+)
+
+
 class MemZeroLikeTeacher:
     """``teacher(facts, retrieved) -> list[ManagerOp]`` with the behaviour of the module docstring.
 

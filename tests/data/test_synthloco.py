@@ -11,6 +11,7 @@ import pytest
 
 from memr1.data.synthloco import dates, gold
 from memr1.data.synthloco.generate import generate_dataset, summarize, write_dataset
+from memr1.data.synthloco.qa import NO_PLAN
 from memr1.data.synthloco.world import PLAN_KEYS, SynthConfig, get_preset
 
 DATE_FORMAT = "%I:%M %p on %d %B, %Y"
@@ -185,6 +186,8 @@ def test_single_hop_and_date_answers_are_in_the_gold_bank(demo):
         bank = demo.gold[record["sample_id"]]["final_bank"]
         for qa in record["qa"]:
             temporal_date = qa["category"] == 2 and qa["question"].startswith("When")
+            if qa.get("answer") in NO_PLAN.values():
+                continue  # a plan called off: test_a_plan_called_off_is_asked_for_as_none
             if qa["category"] == 4 or temporal_date:
                 (speaker,) = [s for s in bank if re.search(rf"\b{s}\b", qa["question"])]
                 assert qa["answer"] in " ".join(bank[speaker]), (qa, bank[speaker])
@@ -306,3 +309,77 @@ def test_unreachable_min_qa_is_an_error():
     )
     with pytest.raises(RuntimeError, match="min_qa=16"):
         generate_dataset(config)
+
+
+PLAN_QUESTIONS = {
+    "Where is {} planning to travel?": ("nowhere", "trip to"),
+    "What event is {} planning to go to?": ("nothing", "plans to go to"),
+}
+
+
+def test_a_plan_called_off_is_asked_for_as_none(demo):
+    asked = 0
+    for record in _records(demo):
+        bank = demo.gold[record["sample_id"]]["final_bank"]
+        ops = {op["dia_id"]: op for op in demo.gold[record["sample_id"]]["ops"]}
+        for qa in record["qa"]:
+            for template, (none, phrase) in PLAN_QUESTIONS.items():
+                speaker = next((s for s in bank if qa["question"] == template.format(s)), None)
+                if speaker is None or qa["category"] == 5:
+                    continue
+                plans = [t for t in bank[speaker] if phrase in t]
+                # "nowhere" / "nothing" exactly when the speaker's plan was called off, citing
+                # the cancelling turn alone (the turn that made the plan could not give it yet).
+                assert (qa["answer"] == none) == (not plans), (qa, bank[speaker])
+                if qa["answer"] == none:
+                    (turn,) = qa["evidence"]
+                    assert ops[turn]["op"] == "DELETE", qa
+                    asked += 1
+    assert asked > 20
+
+
+def test_every_last_change_and_cancellation_has_a_linked_question(demo):
+    linked = 0
+    for record in _records(demo):
+        ops = demo.gold[record["sample_id"]]["ops"]
+        cited = {e for qa in record["qa"] if qa["category"] != 5 for e in qa["evidence"]}
+        last = {}
+        for op in ops:
+            if op["key"] in ("city", "job", "trip", "event") and op["op"] != "NOOP":
+                last[(op["speaker"], op["key"])] = op
+        for op in last.values():
+            if op["op"] == "DELETE" or (op["op"] == "UPDATE" and op["delete_add_ok"]):
+                assert op["dia_id"] in cited, (record["sample_id"], op)
+                linked += 1
+    assert linked > 100
+
+
+def test_repeats_are_cited_by_the_questions_they_restate(demo):
+    cited = total = 0
+    for record in _records(demo):
+        ops = {op["dia_id"]: op for op in demo.gold[record["sample_id"]]["ops"]}
+        evidence = [(qa, e) for qa in record["qa"] for e in qa["evidence"]]
+        for qa, turn in evidence:
+            op = ops[turn]
+            if op["op"] == "NOOP":
+                # A repeat restates the answer (or, for lists, one of its items); date and
+                # count questions never cite one.
+                assert op["fact"] is not None, qa
+                assert not qa["question"].startswith(("When", "How many")), qa
+                said = set(re.findall(r"\w+", op["fact"])) - {op["speaker"], "a", "an", "is"}
+                answer = qa.get("answer", qa.get("adversarial_answer"))
+                asked = re.findall(r"\w+", f"{qa['question']} {answer}")
+                assert said & set(asked) or qa["category"] == 3, (qa, op["fact"])
+                cited += 1
+        repeats = [op for op in ops.values() if op["op"] == "NOOP" and op["fact"]]
+        total += len(repeats)
+    assert cited > 0.5 * total, (cited, total)
+
+
+def test_change_questions_and_repeat_citations_can_be_turned_off():
+    plain = dataclasses.replace(get_preset("demo"), change_questions=False, cite_repeats=False)
+    old = generate_dataset(plain)
+    for record in _records(old):
+        assert not any(qa.get("answer") in NO_PLAN.values() for qa in record["qa"])
+        ops = {op["dia_id"]: op["op"] for op in old.gold[record["sample_id"]]["ops"]}
+        assert all(ops[e] != "NOOP" for qa in record["qa"] for e in qa["evidence"])

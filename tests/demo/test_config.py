@@ -13,6 +13,7 @@ import pytest
 from experiments.cpu_demo.__main__ import parse_args, read_config
 from experiments.cpu_demo.commands import config_flags, load_config, stage_overrides
 from experiments.cpu_demo.config import get_config, synth_config
+from experiments.cpu_demo.run import SeedRun
 
 SHARED = [
     "--config.seed=0",
@@ -26,7 +27,7 @@ SHARED = [
     "--config.memory.retriever=exact_numpy",
     "--config.memory.fact_source=observation",
     "--config.memory.k_per_fact=3",
-    "--config.memory.k_per_speaker=2",
+    "--config.memory.k_per_speaker=1",
     "--config.train.kl_beta=0.0",
     "--config.train.keep=1",
 ]
@@ -44,17 +45,17 @@ def _shared(batch: int) -> list[str]:
 def test_the_full_demo_stages_run_with_these_flags():
     assert _flags("sft", None) == _shared(8) + [
         "--config.train.warmup_steps=10",
-        "--config.train.steps=2200",
+        "--config.train.steps=1400",
         "--config.train.batch_size=8",
         "--config.train.lr=0.003",
-        "--config.train.checkpoint_every=2200",
+        "--config.train.checkpoint_every=1400",
     ]
     answer = [
         "--config.train.warmup_steps=5",
-        "--config.train.steps=120",
+        "--config.train.steps=90",
         "--config.train.batch_size=16",
         "--config.train.lr=0.0003",
-        "--config.train.checkpoint_every=120",
+        "--config.train.checkpoint_every=90",
         "--config.train.group_size=8",
         "--config.train.max_new_tokens=40",
     ]
@@ -124,3 +125,15 @@ def test_the_cli_reads_a_config_file_or_the_quick_shortcut(tmp_path):
         read_config(str(tmp_path / "missing.py"))
     with pytest.raises(SystemExit):
         parse_args(["--quick", "--config", path])
+
+
+def test_the_banks_of_each_stage_are_named_and_checked(tmp_path):
+    run = SeedRun(get_config(), 0, tmp_path, algo="grpo", log=print)
+    assert run.bank_dirs("answer") == [tmp_path / "tuples", tmp_path / "careful_tuples"]
+    assert run.bank_dirs("manager") == [tmp_path / "careful_tuples"]
+    config = get_config()
+    with config.unlocked():
+        config.banks.manager = "gold"
+    bad = SeedRun(config, 0, tmp_path, algo="grpo", log=print)
+    with pytest.raises(ValueError, match=r"config.banks.manager: .*\('gold',\)"):
+        bad.bank_dirs("manager")

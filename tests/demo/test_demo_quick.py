@@ -22,6 +22,19 @@ from tests.tool import load_tool
 pytestmark = pytest.mark.slow
 
 
+def _check_rl_states(seed):
+    """Both RL stages read rl_tuples: the answer tuples of the teacher's and the careful
+    manager's banks with renamed copies, and the manager states on the careful manager's banks."""
+    meta = {
+        d: json.loads((seed / d / "metadata.json").read_text()) for d in ("tuples", "rl_tuples")
+    }
+    build = meta["rl_tuples"]["build"]
+    assert build["manager_from"] == str(seed / "careful_tuples")
+    assert build["answer_from"] == [str(seed / "tuples"), str(seed / "careful_tuples")]
+    answers = [meta[d]["files"]["answer"]["records"] for d in ("tuples", "rl_tuples")]
+    assert answers[1] == 2 * (1 + build["renamed_copies"]) * answers[0] > 0
+
+
 @pytest.mark.slow
 def test_quick_demo_writes_every_output(tmp_path, capsys):
     workdir = tmp_path / "demo"
@@ -57,6 +70,8 @@ def test_quick_demo_writes_every_output(tmp_path, capsys):
         assert any((seed / stage / "checkpoints").iterdir())
     rewards = [r["train/reward"] for r in read_jsonl(seed / "manager_grpo/logs/metrics.jsonl")]
     assert rewards and all(0.0 <= r <= 1.0 for r in rewards)
+
+    _check_rl_states(seed)
 
     # The warm start's traces: JSONL of {messages, target}, manager and answer rows both present.
     rows = [json.loads(line) for line in open(seed / "traces" / "sft.jsonl", encoding="utf-8")]

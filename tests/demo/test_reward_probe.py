@@ -1,6 +1,5 @@
 """The reward probe's fixed behaviours and grouping (experiments/cpu_demo/reward_probe.py); the
-quick-demo
-test runs the tool whole through a real frozen Answer Agent."""
+quick-demo test runs the tool whole through a real frozen Answer Agent."""
 
 from __future__ import annotations
 
@@ -72,7 +71,7 @@ def test_gold_groups_split_updates_into_lists_and_changes():
 
 def _words(texts):
     """A bag-of-words embedder: enough for retrieval to find a speaker's memories by topic."""
-    vocab = "andrew maria dog dogs toby buddy lives chicago names".split()
+    vocab = "andrew maria dog dogs toby buddy lives chicago names trip rome planning travel".split()
     out = np.zeros((len(texts), len(vocab) + 1), np.float32)
     for row, text in enumerate(texts):
         for word in text.lower().replace(".", " ").replace("?", " ").replace("'s", " ").split():
@@ -80,21 +79,14 @@ def _words(texts):
     return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
-def test_through_a_careful_reader_only_the_merge_answers_the_list_question():
-    toby = MemoryRecord(
-        id=0,
-        text="Andrew adopted a dog named Toby yesterday.",
-        owner=0,
-        updated=1_683_000_000,
-        dia_id="D1:2",
+def _state(fact, memories, question, answer):
+    """A manager-stage state of Andrew's turn D2:1: the bank holds ``memories`` (Andrew's, all
+    shown to the manager), the turn states ``fact``, one linked question."""
+    bank = tuple(
+        MemoryRecord(id=i, text=text, owner=0, updated=1_683_000_000, dia_id=f"D1:{i + 2}")
+        for i, text in enumerate(memories)
     )
-    home = MemoryRecord(
-        id=1, text="Andrew lives in Chicago.", owner=0, updated=1_683_000_000, dia_id="D1:3"
-    )
-    question = LinkedQA(
-        0, "What are the names of Andrew's dogs?", "Toby and Buddy", 1, ("D1:2", "D2:1")
-    )
-    state = ManagerTuple(
+    return ManagerTuple(
         sample_id="s",
         dia_id="D2:1",
         turn_index=5,
@@ -104,12 +96,16 @@ def test_through_a_careful_reader_only_the_merge_answers_the_list_question():
         session_date="1:56 pm on 8 May, 2023",
         timestamp=1_683_554_160,
         window_start=0,
-        facts=("Andrew adopted another dog named Buddy today.",),
-        retrieved=((0, toby.text), (1, home.text)),
-        bank=(toby, home),
-        qa=(question,),
+        facts=(fact,),
+        retrieved=tuple((m.id, m.text) for m in bank),
+        bank=bank,
+        qa=(LinkedQA(0, question, answer, 1, ("D2:1",)),),
         builder="test",
     )
+
+
+def _probe(state, op, delete_add_ok=False):
+    """(gold group, mean reward per behaviour) of one state through the careful rule reader."""
     config = tiny.config()
     config.memory.update(k_per_speaker=2, capacity=8, text_bytes=64, retriever="exact_numpy")
     config.agents.update(style="compact", distill=True, temperature=0.0)
@@ -120,18 +116,54 @@ def test_through_a_careful_reader_only_the_merge_answers_the_list_question():
         answer=AnswerConfig.from_config(config),
         bank=BankSpec.from_config(config),
     )
-    got = probe_rewards([state], {("s", "D2:1"): {"op": "UPDATE", "delete_add_ok": False}}, env)
+    got = probe_rewards([state], {("s", "D2:1"): {"op": op, "delete_add_ok": delete_add_ok}}, env)
+    assert got["states"] == 1
+    ((group, result),) = got["groups"].items()
+    assert result["n"] == 1
+    return group, result["reward"]
+
+
+def test_through_a_careful_reader_only_the_merge_answers_the_list_question():
+    state = _state(
+        "Andrew adopted another dog named Buddy today.",
+        ("Andrew adopted a dog named Toby yesterday.", "Andrew lives in Chicago."),
+        "What are the names of Andrew's dogs?",
+        "Toby and Buddy",
+    )
     # Merged: "Andrew has two dogs: Toby and Buddy." Split or lost, the newest dog memory names
     # Buddy alone; with no write, Toby alone.
-    assert got == {
-        "states": 1,
-        "groups": {
-            "UPDATE-list": {
-                "n": 1,
-                "reward": {"clean": 1.0, "add": 0.0, "delete_add": 0.0, "none": 0.0},
-            }
-        },
-    }
+    assert _probe(state, "UPDATE") == (
+        "UPDATE-list",
+        {"clean": 1.0, "add": 0.0, "delete_add": 0.0, "none": 0.0},
+    )
+
+
+def test_through_a_careful_reader_a_kept_plan_answers_a_cancellation_wrongly():
+    state = _state(
+        "Andrew cancelled the trip to Rome.",
+        ("Andrew is planning a trip to Rome.", "Andrew lives in Chicago."),
+        "Where is Andrew planning to travel?",
+        "nowhere",
+    )
+    # Deleted, or the cancellation stored as the newer memory: "nowhere". Kept alone: "Rome".
+    assert _probe(state, "DELETE") == (
+        "DELETE",
+        {"clean": 1.0, "add": 1.0, "delete_add": 1.0, "none": 0.0},
+    )
+
+
+def test_through_a_careful_reader_a_repeat_stored_again_hides_the_merged_list():
+    state = _state(
+        "Andrew has a dog named Toby.",
+        ("Andrew has two dogs: Toby and Buddy.", "Andrew lives in Chicago."),
+        "What are the names of Andrew's dogs?",
+        "Toby and Buddy",
+    )
+    # NONE keeps the bank; the duplicate ADD is the newest dog memory, and it names Toby alone.
+    assert _probe(state, "NOOP") == (
+        "NOOP",
+        {"clean": 1.0, "add": 0.0, "delete_add": 1.0, "none": 1.0},
+    )
 
 
 def test_a_state_without_a_gold_label_is_named():

@@ -6,8 +6,13 @@ import collections
 
 import pytest
 
-from experiments.cpu_demo.answer_teacher import UNKNOWN, CarelessAnswerTeacher, RuleReader
-from experiments.cpu_demo.teacher import ManagerRates, MemZeroLikeTeacher
+from experiments.cpu_demo.answer_teacher import (
+    LIST_AND_PLAN_KINDS,
+    UNKNOWN,
+    CarelessAnswerTeacher,
+    RuleReader,
+)
+from experiments.cpu_demo.teacher import CAREFUL, ManagerRates, MemZeroLikeTeacher
 from memr1.env.answer_io import extract_distilled, extract_final_answer, render_answer_input
 from memr1.env.manager_io import (
     ADD,
@@ -264,3 +269,85 @@ def test_answer_teacher_joint_question_reads_both_speakers():
     teacher = CarelessAnswerTeacher(0)
     assert teacher("How many pets do Andrew and Maria have in total?", memories)[1] == "three"
     assert teacher("Who has more pets, Maria or Andrew?", memories)[1] == "Andrew"
+
+
+def test_careful_manager_makes_every_choice_right():
+    careful = MemZeroLikeTeacher(0, CAREFUL)
+    retrieved = [(7, TOBY), (3, ROME), (2, "Andrew lives in Boston.")]
+    merged = careful([BUDDY], retrieved)
+    assert (
+        _kinds(merged) == [(UPDATE, 7)] and merged[0].text == "Andrew has two dogs: Toby and Buddy."
+    )
+    third = careful(["Andrew adopted another dog named Max two days ago."], [(7, merged[0].text)])
+    assert third[0].text == "Andrew has three dogs: Toby, Buddy and Max."
+    move = "Andrew moved from Boston to Denver yesterday."
+    assert [(op.kind, op.target, op.text) for op in careful([move], retrieved)] == [
+        (UPDATE, 2, move)
+    ]
+    assert _kinds(careful([CANCEL], retrieved)) == [(DELETE, 3)]
+    assert careful(["Andrew lives in Boston."], retrieved) == []  # a repeat: NONE
+    assert _kinds(careful(["Andrew works as a nurse."], retrieved)) == [(ADD, None)]
+
+
+def test_answer_teacher_reads_a_whole_list_from_a_careful_bank_and_part_of_a_split_one():
+    careful = MemZeroLikeTeacher(0, CAREFUL)
+    bank = [(7, TOBY)]
+    for fact in (BUDDY, "Andrew adopted another dog named Max two days ago."):
+        (op,) = careful([fact], bank)
+        bank = [(7, op.text)]
+    when = "1:56 pm on 8 May, 2023"
+    question = "What are the names of Andrew's dogs?"
+    reader = CarelessAnswerTeacher(0, person_blind=True, hedge=1.0)  # the demo's flaws
+    assert reader(question, _memories((when, bank[0][1])))[1] == "Toby, Buddy and Max"
+    assert reader("How many dogs does Andrew have?", _memories((when, bank[0][1])))[1] == "three"
+    # Split into one memory per dog, the list is in no single memory: the careful reader names
+    # the newest dog alone.
+    split = [
+        (when, TOBY),
+        (when, BUDDY),
+        ("2:00 pm on 9 May, 2023", "Andrew adopted another dog named Max two days ago."),
+    ]
+    assert CarelessAnswerTeacher(0, newest=True)(question, _memories(*split))[1] == "Max"
+
+
+PLAN = ("3:10 pm on 2 March, 2023", ROME)
+MARIA_TRIP = "Maria is planning a trip to Paris."
+CANCELLED = ("9:05 am on 8 May, 2023", CANCEL)
+TRIP = "Where is Andrew planning to travel?"
+
+
+@pytest.mark.parametrize(
+    "memories, answer",
+    [
+        ([PLAN], "Rome"),  # the plan kept: a stale "Rome" where the gold is "nowhere"
+        ([], "nowhere"),  # the plan deleted on its cancellation
+        ([PLAN, CANCELLED], "nowhere"),  # the cancellation beside the plan, read newest
+        ([CANCELLED], "nowhere"),
+        ([PLAN, ("1:00 pm on 9 May, 2023", "Andrew is planning a trip to Paris.")], "Paris"),
+    ],
+)
+def test_a_plan_question_reads_the_newest_plan_memory(memories, answer):
+    assert CarelessAnswerTeacher(0, newest=True)(TRIP, _memories(*memories))[1] == answer
+    event = "What event is Andrew planning to go to?"
+    assert CarelessAnswerTeacher(0, newest=True)(event, _memories())[1] == "nothing"
+
+
+def test_careful_kinds_are_read_without_the_designed_flaws():
+    when = "1:56 pm on 8 May, 2023"
+    memories = {
+        "Andrew": [(when, "Andrew has two dogs: Toby and Buddy."), (when, ROME)],
+        "Maria": [(when, "Maria adopted a cat named Luna today."), (when, MARIA_TRIP)],
+    }
+    flawed = CarelessAnswerTeacher(0, person_blind=True, hedge=1.0)
+    names = "What are the names of Andrew's dogs?"
+    # Person-blind and hedging, it mixes Maria's cat into the answer...
+    assert flawed(names, memories)[1] in ("Toby and Buddy or Luna", "Luna or Toby and Buddy")
+    # ...unless the kind is read carefully: Andrew's own list, whole.
+    teacher = CarelessAnswerTeacher(
+        0, person_blind=True, hedge=1.0, careful_kinds=LIST_AND_PLAN_KINDS
+    )
+    assert teacher(names, memories) == (["Andrew has two dogs: Toby and Buddy."], "Toby and Buddy")
+    assert flawed(TRIP, memories)[1] in ("Rome or Paris", "Paris or Rome")
+    assert teacher(TRIP, memories)[1] == "Rome"
+    # Other kinds keep the flaws.
+    assert " or " in teacher("What kind of pet does Andrew have?", memories)[1]

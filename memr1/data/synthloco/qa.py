@@ -14,6 +14,9 @@ and every answer of categories 1, 2 and 4 can be read or counted off the gold fi
                  of September 2023?" -> "one")
   3 open-domain  a preference inferred from a fact: a hobby suggests an outing, a favourite food a
                  cuisine, a pet a fitting gift
+  changes        the current value of every city, job, trip and event that changed or was called
+                 off, picked first, citing the turn that changed it (single-hop; a plan called off
+                 answers "nowhere" or "nothing": "Where is Maria planning to travel?" -> "nowhere")
   5 adversarial  a question about one speaker asked with the other speaker's name, where the other
                  speaker never mentioned that topic; like LoCoMo, it has ``adversarial_answer``
                  (the first speaker's answer) and no ``answer``
@@ -49,6 +52,8 @@ class Candidate:
       key: the fact key the question is about.
       answer: the gold answer.
       evidence: dia_ids of the turns that support the answer.
+      change: the question asks for a value as a change or cancellation left it, citing that
+        turn (picked first with ``SynthConfig.change_questions``).
     """
 
     category: int
@@ -57,6 +62,7 @@ class Candidate:
     key: str
     answer: str
     evidence: tuple[str, ...]
+    change: bool = False
 
     def as_qa(self) -> dict[str, Any]:
         """The LoCoMo ``qa`` entry, keys in the real file's order."""
@@ -109,6 +115,133 @@ VALUE_QUESTIONS = {
     "event": "What event is {name} planning to go to?",
 }
 
+# What a plan question answers once the plan is called off and no other is made.
+NO_PLAN = {"trip": "nowhere", "event": "nothing"}
+
+
+def _position(dia_id: str) -> tuple[int, ...]:
+    """(session, turn) of a dia_id, the order in which turns were said."""
+    return tuple(int(x) for x in dia_id[1:].split(":"))
+
+
+@dataclasses.dataclass
+class _Asker:
+    """Collects one speaker's questions.
+
+    With ``cite_repeats``, a question whose answer a later turn restates (a repeat: "My dog Buddy
+    says hi" for "What is the name of Andrew's dog?") cites that turn too, as a reader of the
+    conversation would; date and count questions do not (a repeat gives no date, and one pet).
+    """
+
+    name: str
+    facts: dict[str, list[Fact]]
+    cite_repeats: bool
+    out: list[Candidate] = dataclasses.field(default_factory=list)
+
+    def __call__(
+        self,
+        category: int,
+        template: str,
+        key: str,
+        answer: str,
+        evidence: list[str],
+        restated: Iterable[str] = (),
+        change: bool = False,
+    ) -> None:
+        wanted = set(restated) if self.cite_repeats else set()
+        after = _position(evidence[0])
+        evidence = evidence + [
+            f.dia_id
+            for f in self.facts[key]
+            if f.action == "repeat" and f.value in wanted and _position(f.dia_id) > after
+        ]
+        candidate = Candidate(
+            category, template, self.name, key, answer, _in_order(evidence), change
+        )
+        self.out.append(candidate)
+
+
+def _value_questions(ask: _Asker, rng: random.Random, vocab: Vocab, change_questions: bool) -> None:
+    """The single-valued keys' questions: current value, when it was set, a cuisine."""
+    for key, template in VALUE_QUESTIONS.items():
+        # The fact that settled the key: the last "first", "change" or "cancel" of it.
+        settled = [f for f in ask.facts[key] if f.action in ("first", "change", "cancel")]
+        if not settled or (settled[-1].action == "cancel" and not change_questions):
+            continue
+        fact = settled[-1]
+        if fact.action == "cancel":
+            ask(SINGLE_HOP, template, key, NO_PLAN[key], [fact.dia_id], change=True)
+            continue
+        change = change_questions and fact.action == "change"
+        ask(SINGLE_HOP, template, key, fact.value, [fact.dia_id], [fact.value], change=change)
+        when = None if fact.date is None else fact.date.answer()
+        if when is not None and key == "city":
+            ask(TEMPORAL, f"When did {{name}} move to {fact.value}?", key, when, [fact.dia_id])
+        if when is not None and key == "job":
+            what = f"start working as {article(fact.value)}"
+            ask(TEMPORAL, f"When did {{name}} {what}?", key, when, [fact.dia_id])
+        if key == "food":
+            cuisine = vocab.cuisine(fact.value)
+            options = [cuisine, rng.choice(sorted({c for _, c in vocab.foods} - {cuisine}))]
+            rng.shuffle(options)
+            template = f"Which restaurant would {{name}} prefer, {options[0]} or {options[1]}?"
+            ask(OPEN_DOMAIN, template, key, cuisine, [fact.dia_id], [fact.value])
+
+
+def _pet_questions(
+    ask: _Asker, rng: random.Random, state: SpeakerState, vocab: Vocab, days: list[dt.date]
+) -> None:
+    """Species, names, counts (now and as of a month), adoption dates, a fitting gift."""
+    adoptions = [f for f in ask.facts["pets"] if f.action != "repeat"]
+    if not adoptions:
+        return
+    species, plural = state.species, vocab.plural(state.species)
+    first, every = [adoptions[0].dia_id], [f.dia_id for f in adoptions]
+    pets = [f.value for f in adoptions]
+    ask(SINGLE_HOP, "What kind of pet does {name} have?", "pets", species, first, pets)
+    if len(adoptions) == 1:
+        template = f"What is the name of {{name}}'s {species}?"
+        ask(SINGLE_HOP, template, "pets", adoptions[0].value, first, pets)
+    else:
+        template = f"What are the names of {{name}}'s {plural}?"
+        ask(MULTI_HOP, template, "pets", join_items(pets), every, pets)
+        count = number_word(len(adoptions))
+        ask(MULTI_HOP, f"How many {plural} does {{name}} have?", "pets", count, every)
+        as_of = _as_of(rng, ask.name, adoptions, plural, days)
+        if as_of is not None:
+            ask.out.append(as_of)
+    for fact in adoptions:
+        template = f"When did {{name}} adopt {fact.value}?"
+        ask(TEMPORAL, template, "pets", fact.date.answer(), [fact.dia_id])
+    others = [s for s, _ in SPECIES[: len(vocab.species)] if s != species]
+    gift = f"{article(species)} toy"
+    options = [gift, f"{article(rng.choice(others))} toy"]
+    rng.shuffle(options)
+    template = f"Which gift would suit {{name}} better, {options[0]} or {options[1]}?"
+    ask(OPEN_DOMAIN, template, "pets", gift, first, pets)
+
+
+def _hobby_questions(ask: _Asker, rng: random.Random, state: SpeakerState, vocab: Vocab) -> None:
+    """The hobby or the list of them, and an outing one of them suggests."""
+    facts = ask.facts
+    taken = [f for f in facts["hobbies"] if f.action != "repeat"]
+    hobbies = [f.value for f in taken]
+    if len(taken) == 1:
+        template = "What hobby did {name} take up?"
+        ask(SINGLE_HOP, template, "hobbies", hobbies[0], [taken[0].dia_id], hobbies)
+    elif taken:
+        every = [f.dia_id for f in taken]
+        template = "What hobbies does {name} enjoy?"
+        ask(MULTI_HOP, template, "hobbies", join_items(hobbies), every, hobbies)
+    if taken:
+        fact = rng.choice(taken)
+        venue = vocab.venue(fact.value)
+        spare = [v for h, v in vocab.hobbies if h not in state.hobbies and v != venue]
+        options = [venue, rng.choice(spare)]
+        rng.shuffle(options)
+        template = f"Which would {{name}} enjoy more, {options[0]} or {options[1]}?"
+        ask(OPEN_DOMAIN, template, "hobbies", venue, [fact.dia_id], [fact.value])
+
 
 def _speaker_candidates(
     rng: random.Random,
@@ -117,104 +250,20 @@ def _speaker_candidates(
     facts: dict[str, list[Fact]],
     vocab: Vocab,
     days: list[dt.date],
+    cite_repeats: bool = True,
+    change_questions: bool = True,
 ) -> list[Candidate]:
-    """Every question about one speaker's facts."""
-    out: list[Candidate] = []
-
-    def ask(category: int, template: str, key: str, answer: str, evidence: Iterable[str]) -> None:
-        out.append(Candidate(category, template, name, key, answer, tuple(evidence)))
-
-    for key, template in VALUE_QUESTIONS.items():
-        if not state.known(key):
-            continue
-        # The fact that set the current value: the last "first" or "change" of the key.
-        fact = [f for f in facts[key] if f.action in ("first", "change")][-1]
-        ask(SINGLE_HOP, template, key, fact.value, [fact.dia_id])
-        if fact.date is not None and key == "city":
-            ask(
-                TEMPORAL,
-                f"When did {{name}} move to {fact.value}?",
-                key,
-                fact.date.answer(),
-                [fact.dia_id],
-            )
-        if fact.date is not None and key == "job":
-            what = f"start working as {article(fact.value)}"
-            ask(TEMPORAL, f"When did {{name}} {what}?", key, fact.date.answer(), [fact.dia_id])
-        if key == "food":
-            cuisine = vocab.cuisine(fact.value)
-            options = [cuisine, rng.choice(sorted({c for _, c in vocab.foods} - {cuisine}))]
-            rng.shuffle(options)
-            template = f"Which restaurant would {{name}} prefer, {options[0]} or {options[1]}?"
-            ask(OPEN_DOMAIN, template, key, cuisine, [fact.dia_id])
-
-    _pet_questions(rng, name, state, facts["pets"], vocab, days, ask, out)
-    _hobby_questions(rng, state, facts["hobbies"], vocab, ask)
-    return out
-
-
-def _pet_questions(rng, name, state, pet_facts, vocab, days, ask, out) -> None:
-    """The questions about a speaker's pets: kind, names, count, adoption dates, a gift."""
-    adoptions = [f for f in pet_facts if f.action != "repeat"]
-    if adoptions:
-        species, plural = state.species, vocab.plural(state.species)
-        first, every = [adoptions[0].dia_id], [f.dia_id for f in adoptions]
-        ask(SINGLE_HOP, "What kind of pet does {name} have?", "pets", species, first)
-        if len(adoptions) == 1:
-            template = f"What is the name of {{name}}'s {species}?"
-            ask(SINGLE_HOP, template, "pets", adoptions[0].value, first)
-        else:
-            pet_names = join_items([f.value for f in adoptions])
-            ask(MULTI_HOP, f"What are the names of {{name}}'s {plural}?", "pets", pet_names, every)
-            count = number_word(len(adoptions))
-            ask(MULTI_HOP, f"How many {plural} does {{name}} have?", "pets", count, every)
-            as_of = _as_of(rng, name, adoptions, plural, days)
-            if as_of is not None:
-                out.append(as_of)
-        for fact in adoptions:
-            template = f"When did {{name}} adopt {fact.value}?"
-            ask(TEMPORAL, template, "pets", fact.date.answer(), [fact.dia_id])
-        others = [s for s, _ in SPECIES[: len(vocab.species)] if s != species]
-        gift = f"{article(species)} toy"
-        options = [gift, f"{article(rng.choice(others))} toy"]
-        rng.shuffle(options)
-        template = f"Which gift would suit {{name}} better, {options[0]} or {options[1]}?"
-        ask(OPEN_DOMAIN, template, "pets", gift, first)
-
-
-def _hobby_questions(rng, state, hobby_facts, vocab, ask) -> None:
-    """The questions about a speaker's hobbies: which, and a venue they would enjoy."""
-    taken = [f for f in hobby_facts if f.action != "repeat"]
-    if len(taken) == 1:
-        ask(
-            SINGLE_HOP,
-            "What hobby did {name} take up?",
-            "hobbies",
-            taken[0].value,
-            [taken[0].dia_id],
-        )
-    elif taken:
-        hobbies = join_items([f.value for f in taken])
-        ask(
-            MULTI_HOP,
-            "What hobbies does {name} enjoy?",
-            "hobbies",
-            hobbies,
-            [f.dia_id for f in taken],
-        )
-    if taken:
-        fact = rng.choice(taken)
-        venue = vocab.venue(fact.value)
-        spare = [v for h, v in vocab.hobbies if h not in state.hobbies and v != venue]
-        options = [venue, rng.choice(spare)]
-        rng.shuffle(options)
-        template = f"Which would {{name}} enjoy more, {options[0]} or {options[1]}?"
-        ask(OPEN_DOMAIN, template, "hobbies", venue, [fact.dia_id])
+    """Every question about one speaker's facts (see ``_Asker`` for ``cite_repeats``)."""
+    ask = _Asker(name, facts, cite_repeats)
+    _value_questions(ask, rng, vocab, change_questions)
+    _pet_questions(ask, rng, state, vocab, days)
+    _hobby_questions(ask, rng, state, vocab)
+    return ask.out
 
 
 def _in_order(dia_ids: Iterable[str]) -> tuple[str, ...]:
     """Sorts dia_ids by (session, turn), the order the evidence was said in."""
-    return tuple(sorted(dia_ids, key=lambda d: tuple(int(x) for x in d[1:].split(":"))))
+    return tuple(sorted(dia_ids, key=_position))
 
 
 def _joint_candidates(
@@ -256,9 +305,11 @@ def make_qa(
 ) -> list[dict[str, Any]]:
     """Builds a conversation's ``qa`` list.
 
-    Categories 1-4 take turns (``PICK_ORDER``) until ``config.qa_per_conversation`` questions are
-    picked or the candidates run out; then up to ``config.adversarial_per_conversation``
-    category-5 questions follow, as in the real file where they come last.
+    With ``config.change_questions``, the questions about a value as a change or a cancellation
+    left it come first, so that every such turn has one. Then categories 1-4 take turns
+    (``PICK_ORDER``) until ``config.qa_per_conversation`` questions are picked or the candidates
+    run out; then up to ``config.adversarial_per_conversation`` category-5 questions follow, as
+    in the real file where they come last.
 
     Returns:
       LoCoMo ``qa`` entries; category 5 entries have ``adversarial_answer`` and no ``answer``.
@@ -273,17 +324,25 @@ def make_qa(
         candidate
         for speaker in speakers
         for candidate in _speaker_candidates(
-            rng, speaker, states[speaker], facts[speaker], vocab, session_days
+            rng,
+            speaker,
+            states[speaker],
+            facts[speaker],
+            vocab,
+            session_days,
+            config.cite_repeats,
+            config.change_questions,
         )
     ]
     candidates += _joint_candidates(speakers, states, facts)
 
+    picked = [c for c in candidates if c.change][: config.qa_per_conversation]
     pools: dict[int, list[Candidate]] = {category: [] for category in PICK_ORDER}
     for candidate in candidates:
-        pools[candidate.category].append(candidate)
+        if not candidate.change:
+            pools[candidate.category].append(candidate)
     for pool in pools.values():
         rng.shuffle(pool)
-    picked: list[Candidate] = []
     while len(picked) < config.qa_per_conversation and any(pools.values()):
         for category in PICK_ORDER:
             if pools[category] and len(picked) < config.qa_per_conversation:
@@ -296,6 +355,7 @@ def make_qa(
         for candidate in candidates
         if candidate.name is not None
         and candidate.category != OPEN_DOMAIN
+        and candidate.answer not in NO_PLAN.values()
         and not facts[_other(speakers, candidate.name)][candidate.key]
     ]
     rng.shuffle(swappable)

@@ -103,6 +103,12 @@ class SynthConfig:
       adversarial_per_conversation: at most this many category-5 questions per conversation.
       max_pets, max_hobbies: the longest a list-valued fact grows.
       max_changes: how often a single-valued fact (city, job, trip) may change per speaker.
+      change_questions: every value that changed or was called off gets its current-value
+        question, citing that turn and picked before the others ("Where is Maria planning to
+        travel?" -> "nowhere" once the trip is off), so that every change and cancellation has
+        a question a stale memory answers wrongly (qa.py).
+      cite_repeats: a question also cites the later turns that restate its answer (qa.py), so
+        that repeats have linked questions as other facts do.
       names: the people speakers are drawn from (the built-in list unless replaced); capitalised
         single words that are not pet names.
       num_names ... num_events: how much of each vocabulary list is used.
@@ -122,6 +128,8 @@ class SynthConfig:
     max_pets: int = 3
     max_hobbies: int = 3
     max_changes: int = 2
+    change_questions: bool = True
+    cite_repeats: bool = True
     names: tuple[str, ...] = NAMES
     num_names: int = 16
     num_species: int = 4
