@@ -109,6 +109,11 @@ def operations_table(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def _count_cell(v: Mapping[str, Any] | None) -> str:
+    """ "12.5 (1/8)": a gold kind's accuracy and its counts."""
+    return "—" if v is None else f"{_pct(v['accuracy'])} ({v['correct']}/{v['n']})"
+
+
 def ablation_table(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """EM, op accuracy (overall and per gold kind: correct/n) and bank size of the ablation's
     three manager/answerer pairs."""
@@ -118,10 +123,7 @@ def ablation_table(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
         res = results[system]
         acc = res["operations"].get("op_accuracy") or {}
         per = acc.get("per_gold_op", {})
-        kinds = " | ".join(
-            f"{_pct(per[op]['accuracy'])} ({per[op]['correct']}/{per[op]['n']})" if op in per else "—"
-            for op in GOLD_OPS
-        )
+        kinds = " | ".join(_count_cell(per.get(op)) for op in GOLD_OPS)
         lines.append(
             f"| {label} | {_pct(overall(res))} | {_pct(op_accuracy(res))} | {kinds} "
             f"| {mean_bank_size(res):.1f} |"

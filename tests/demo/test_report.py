@@ -75,4 +75,3 @@ def test_render_has_the_ablation_and_the_manager_stage_over_seeds():
     row = "| SFT manager + RL answerer | 20.0 | 40.0 | 50.0 (5/10) | 12.5 (1/8) | 0.0 (0/2) "
     assert row + "| 80.0 (4/5) | 5.0 |" in text
     assert "| RL manager + RL answerer | 25.0 | 64.0 |" in text
-
