@@ -2,8 +2,11 @@
 
 Per seed: F1 / BLEU-1 / EM overall and per question category for each system (categories named
 in the LoCoMo data's own labelling, which synthloco uses), operation accuracy against
-synthloco's gold labels, the manager's operation mix, bank sizes, and wall time per stage. Over
-all seeds: EM per system and the EM gain of Memory-R1 over its SFT warm start, as mean ± std.
+synthloco's gold labels, the manager's operation mix, bank sizes, the paper's ablation (SFT
+manager + SFT answerer, SFT manager + RL answerer, RL manager + RL answerer) and wall time per
+stage. Over all seeds: EM per system, the EM gain of Memory-R1 over its SFT warm start and of
+the manager stage over the SFT manager with the same RL Answer Agent, as mean ± std, and
+operation accuracy per gold kind before and after the manager stage.
 """
 
 from __future__ import annotations
