@@ -102,7 +102,7 @@ def world() -> dict[str, object]:
     run's).
 
     A smaller world than synthloco's "demo" preset: fewer, shorter conversations, so that the
-    whole pipeline (bank building, SFT, two RL stages, four evaluations) runs on a laptop CPU,
+    whole pipeline (bank building, SFT, two RL stages, five evaluations) runs on a laptop CPU,
     and a smaller vocabulary, so that a few-million-parameter model sees every name and city
     often enough during a short warm start. Values change at most once (max_changes=1): a stale
     and a current memory then differ in their wording ("lives in" / "moved from ... to"), which

@@ -182,10 +182,13 @@ class SeedRun:
 
         if (self.rl_tuples / "metadata.json").is_file():
             return
+        manager_banks = self.bank_dirs("manager")
+        if len(manager_banks) != 1:
+            raise ValueError(f"config.banks.manager: name one kind of bank, got {manager_banks}")
+        banks = manager_banks[0]
         copies = self.c.answer.renamed_copies
         lists = augment.entity_lists(synth_config(self.c, self.seed))
         answer = augment.renamed_answer_states(self.answer_tuples(), lists, copies, self.seed + 7)
-        (banks,) = self.bank_dirs("manager")
         meta = {"answer_from": [str(d) for d in self.bank_dirs("answer")]}
         meta.update(manager_from=str(banks), renamed_copies=copies)
         write_tuples(self.rl_tuples, read_tuples(banks, "manager"), answer, meta, overwrite=True)

@@ -137,3 +137,15 @@ def test_the_banks_of_each_stage_are_named_and_checked(tmp_path):
     bad = SeedRun(config, 0, tmp_path, algo="grpo", log=print)
     with pytest.raises(ValueError, match=r"config.banks.manager: .*\('gold',\)"):
         bad.bank_dirs("manager")
+
+
+def test_the_manager_stage_reads_one_kind_of_bank(tmp_path):
+    config = get_config()
+    with config.unlocked():
+        # A config file that gives the manager stage two kinds of bank (ConfigDict keeps a
+        # field's type, so the whole section is replaced).
+        config.banks = dict(answer=("teacher",), manager=("teacher", "careful"))
+    run = SeedRun(config, 0, tmp_path, algo="grpo", log=print)
+    with pytest.raises(ValueError, match="config.banks.manager: name one kind of bank"):
+        run.make_rl_tuples()
+    assert not run.rl_tuples.exists()  # nothing half written
