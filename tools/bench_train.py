@@ -124,23 +124,32 @@ def make_batch(cfg, args) -> dict[str, np.ndarray]:
     from memr1.rl.advantages import grpo_advantages
 
     rng = np.random.default_rng(args.seed)
-    b, t = args.batch, args.length
+    b, t, g = args.batch, args.length, args.group
     prompt = args.prompt
+    # Every group carries signal, and within a group the longer responses go to the higher
+    # advantages. Z-scored advantages sum to zero over a group, so with lengths unrelated to
+    # them the token-mean surrogate is near zero (~2e-3) and a relative tolerance on it measures
+    # rounding noise (bf16 kernels of different CPUs differ by 2% there). Tied to the advantages
+    # it is a sizeable negative number that a wrong sign, clip or mask changes visibly.
+    rewards = rng.integers(0, 2, size=(b // g, g)).astype(np.float32)
+    rewards[:, :2] = (1.0, 0.0)
+    adv, _ = grpo_advantages(rewards, ddof=1)
+    adv = np.asarray(adv, np.float32)
     # Responses fill between half and all of their budget, so the loss mask has ragged ends.
-    resp = rng.integers((t - prompt + 1) // 2, t - prompt + 1, size=b)
+    budget = t - prompt
+    lengths = np.linspace((budget + 1) // 2, budget, g).round().astype(int)
+    rank = np.argsort(np.argsort(adv, axis=1, kind="stable"), axis=1)
+    resp = lengths[rank].reshape(-1)
     col = np.arange(t)[None, :]
     valid = col < (prompt + resp)[:, None]
     tokens = np.where(valid, rng.integers(1, cfg.vocab_size, size=(b, t)), 0).astype(np.int32)
     if args.shared_prompt:  # the G samples of a prompt: same prompt columns
-        tokens[:, :prompt] = np.repeat(tokens[:: args.group, :prompt], args.group, axis=0)
-    rewards = rng.integers(0, 2, size=(b // args.group, args.group)).astype(np.float32)
-    rewards[0, :2] = (1.0, 0.0)  # at least one group carries signal
-    adv, _ = grpo_advantages(rewards, ddof=1)
+        tokens[:, :prompt] = np.repeat(tokens[::g, :prompt], g, axis=0)
     return {
         "tokens": tokens,
         "valid": valid,
         "response_mask": (col >= prompt) & valid,
-        "advantages": np.asarray(adv, np.float32).reshape(-1),
+        "advantages": adv.reshape(-1),
     }
 
 
