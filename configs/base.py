@@ -209,6 +209,9 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
             "critic_lr": 1e-5,
             "warmup_steps": 10,
             "clip_eps": 0.2,
+            # Dual clip (verl's clip_ratio_c, always on there): a token with A < 0 adds at
+            # most dual_clip·|A| to the loss, whatever its ratio; 0 turns it off.
+            "dual_clip": 3.0,
             "kl_beta": 0.001 if algo == "grpo" else 0.0,
             "kl_estimator": "k3",
             "gamma": 1.0,

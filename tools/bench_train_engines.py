@@ -39,6 +39,7 @@ class JaxEngine:
             n_micro=1,
             prompt_group=args.group if args.shared_prompt else 1,
             response_width=args.length - args.prompt if args.shared_prompt else 0,
+            dual_clip=3.0,
             logprob_chunk=args.logprob_chunk,
         )
         step = make_grpo_step(setup, cfg)
@@ -92,23 +93,26 @@ def torch_logprobs(logits, tokens, temperature: float = 1.0):
 
 
 def torch_grpo_loss(model, ref_model, tb: dict, args):
-    """The same loss as memr1.rl.grpo: token-mean clipped surrogate + beta k3 KL."""
+    """The same loss as memr1.rl.grpo: token-mean clipped surrogate (log-ratio clamped to ±20,
+    dual clip c = 3) + beta k3 KL (exponent clamped to ±20, value to ±10), as verl bounds them."""
     import torch
 
     logp = torch_logprobs(model(input_ids=tb["tokens"], use_cache=False).logits, tb["tokens"])
     mask = tb["mask"]
     n = mask.sum().clamp(min=1.0)
-    ratio = torch.exp(logp - tb["old_logp"])
+    ratio = torch.exp((logp - tb["old_logp"]).clamp(-20.0, 20.0))
     adv = tb["advantages"][:, None]
     clipped = ratio.clamp(1.0 - args.clip_eps, 1.0 + args.clip_eps)
-    pg = (torch.maximum(-ratio * adv, -clipped * adv) * mask).sum() / n
+    per_token = torch.maximum(-ratio * adv, -clipped * adv)
+    per_token = torch.where(adv < 0, torch.minimum(per_token, -3.0 * adv), per_token)
+    pg = (per_token * mask).sum() / n
     if args.kl_beta == 0:
         return pg, pg, None
     with torch.no_grad():
         ref_logits = ref_model(input_ids=tb["tokens"], use_cache=False).logits
         ref_logp = torch_logprobs(ref_logits, tb["tokens"])
     d = (ref_logp - logp).clamp(-20.0, 20.0)
-    kl = ((torch.exp(d) - d - 1.0) * mask).sum() / n
+    kl = ((torch.exp(d) - d - 1.0).clamp(-10.0, 10.0) * mask).sum() / n
     return pg + args.kl_beta * kl, pg, kl
 
 

@@ -228,13 +228,20 @@ class Transformer(nnx.Module):
         return x_BTD
 
     def unembed(self, h_BTD: jax.Array) -> jax.Array:
-        """Projects hidden states to vocabulary logits [B, T, V] in float32."""
+        """Projects hidden states to vocabulary logits [B, T, V] in float32.
+
+        The operands are in the compute dtype but the products accumulate in float32
+        (`preferred_element_type`): logits rounded to bfloat16 would move top-token log-probs by
+        up to ~0.1 nats, and the sampler and the trainer (both call this) would then disagree
+        by rounding noise that the PPO clip acts on.
+        """
         dt = self.cfg.jnp_dtype
+        f32 = jnp.float32
         if self.cfg.tie_embeddings:
-            logits = jnp.einsum("btd,vd->btv", h_BTD, self.embed[...].astype(dt))
+            w, spec = self.embed[...].astype(dt), "btd,vd->btv"
         else:
-            logits = jnp.einsum("btd,dv->btv", h_BTD, self.lm_head[...].astype(dt))
-        return logits.astype(jnp.float32)
+            w, spec = self.lm_head[...].astype(dt), "btd,dv->btv"
+        return jnp.einsum(spec, h_BTD, w, preferred_element_type=f32).astype(f32)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -54,6 +54,14 @@ def check_kl_and_temperature(algo: str, kl_estimator: str, temperature: float) -
         )
 
 
+def check_dual_clip(algo: str, dual_clip: float) -> None:
+    """Refuses a dual-clip constant that bounds nothing sensible (verl asserts c > 1)."""
+    if not (dual_clip == 0.0 or dual_clip > 1.0):
+        raise ValueError(
+            f"{algo} dual_clip={dual_clip!r} (train.dual_clip): must be > 1 (verl: 3), or 0 for off"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class GRPOConfig:
     """The GRPO update. The fields without a default come from the config's train section
@@ -72,13 +80,14 @@ class GRPOConfig:
     n_micro: int
     prompt_group: int
     response_width: int
+    dual_clip: float  # bound the loss for A < 0 at c·|A| (verl: c = 3, always on); 0 = off
     clip_eps_high: float | None = None  # DAPO's asymmetric upper clip; None = clip_eps
-    dual_clip: float | None = None  # bound the loss for A < 0 at c·|A| (c ≈ 3)
     aggregation: str = "token_mean"  # or "seq_mean_token_mean"
     logprob_chunk: int = 128
 
     def __post_init__(self):
         check_kl_and_temperature("GRPO", self.kl_estimator, self.temperature)
+        check_dual_clip("GRPO", self.dual_clip)
         if self.prompt_group > 1 and self.response_width < 1:
             raise ValueError(
                 f"GRPO prompt_group={self.prompt_group} needs response_width >= 1 (the columns "
@@ -97,6 +106,7 @@ class GRPOConfig:
             n_micro=t.n_micro,
             prompt_group=t.group_size if t.shared_prompt else 1,
             response_width=t.max_new_tokens,
+            dual_clip=t.dual_clip,
         )
 
     def logprobs(self, graphdef, params, tokens_BT, valid_BT):
@@ -183,7 +193,7 @@ def grpo_loss(graphdef: Any, cfg: GRPOConfig) -> Callable:
                 m,
                 clip_eps=cfg.clip_eps,
                 clip_eps_high=cfg.clip_eps_high,
-                dual_clip=cfg.dual_clip,
+                dual_clip=cfg.dual_clip or None,
                 aggregation=cfg.aggregation,
                 num_tokens=n_tokens,
                 num_sequences=n_seqs,

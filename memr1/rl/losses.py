@@ -2,6 +2,11 @@
 
 Sign conventions follow the PPO paper: the surrogate is -min(r·A, clip(r)·A) for every sign of A
 (one public JAX library used max for A < 0, which inverts the trust region).
+
+Every term a single bad token could blow up is bounded as verl's `core_algos` bounds it: the
+policy log-ratio is clamped to ±`LOG_RATIO_CLAMP` before `exp`, the loss of a token with A < 0
+by `dual_clip`·|A|, the k3 exponent to ±`LOG_RATIO_CLAMP` and the k3 value to ±`K3_CLAMP`, and
+the value clip clamps the new value itself into [old − ε, old + ε].
 """
 
 from __future__ import annotations
@@ -11,6 +16,9 @@ import jax.numpy as jnp
 
 AGGREGATIONS = ("token_mean", "seq_mean_token_mean")
 KL_ESTIMATORS = ("k1", "k2", "k3")
+# verl's bounds: e^20 ≈ 4.9e8 is the largest ratio a token can reach; a k3 token adds at most 10.
+LOG_RATIO_CLAMP = 20.0
+K3_CLAMP = 10.0
 
 
 def aggregate(
@@ -59,17 +67,26 @@ def policy_loss(
       old_logp_BT: log-probs under the policy that sampled them (no gradient).
       adv_BT: advantages, per token or broadcastable ([B, 1] for sequence-level GRPO).
       clip_eps / clip_eps_high: the ratio is clipped to [1 - clip_eps, 1 + clip_eps_high].
-      dual_clip: if set (c ≈ 3), the loss for A < 0 is bounded by c·|A|.
+      dual_clip: if set (c > 1; verl always applies c = 3), the loss for A < 0 is bounded by
+        c·|A|: a ratio that ran far above 1 + ε on a token with A < 0 stops pushing it down.
+    The log-ratio is clamped to ±LOG_RATIO_CLAMP before `exp` (no gradient flows past the
+    clamp), so one token whose probability collapsed cannot make the loss overflow.
     """
     eps_high = clip_eps if clip_eps_high is None else clip_eps_high
+    if dual_clip is not None and not dual_clip > 1.0:
+        raise ValueError(f"dual_clip={dual_clip!r} must be > 1 (or None: off)")
     adv = jnp.broadcast_to(adv_BT, logp_BT.shape).astype(jnp.float32)
     log_ratio = logp_BT.astype(jnp.float32) - jax.lax.stop_gradient(old_logp_BT).astype(jnp.float32)
+    log_ratio = jnp.clip(log_ratio, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = jnp.exp(log_ratio)
     unclipped = -ratio * adv
     clipped = -jnp.clip(ratio, 1.0 - clip_eps, 1.0 + eps_high) * adv
     per_token = jnp.maximum(unclipped, clipped)  # == -min(r·A, clip(r)·A)
+    dual_clipped = jnp.zeros_like(per_token, dtype=bool)
     if dual_clip is not None:
-        per_token = jnp.where(adv < 0, jnp.minimum(per_token, -dual_clip * adv), per_token)
+        bound = -dual_clip * adv  # = c·|A| where A < 0
+        dual_clipped = (adv < 0) & (per_token > bound)
+        per_token = jnp.where(adv < 0, jnp.minimum(per_token, bound), per_token)
     loss = aggregate(
         per_token, mask_BT, aggregation, num_tokens=num_tokens, num_sequences=num_sequences
     )
@@ -77,6 +94,8 @@ def policy_loss(
     n = jnp.maximum(mask.sum(), 1.0)
     metrics = {
         "clip_frac": ((clipped > unclipped).astype(jnp.float32) * mask).sum() / n,
+        # verl's pg_clipfrac_lower: tokens whose A < 0 loss the dual clip bounded.
+        "dual_clip_frac": (dual_clipped.astype(jnp.float32) * mask).sum() / n,
         "ratio_mean": (ratio * mask).sum() / n,
         # How far the update moved: KL(old || new) = E_old[-log r] on tokens sampled from the
         # old policy, estimated by k3 = (r - 1) - log r (unbiased since E_old[r] = 1).
@@ -90,7 +109,8 @@ def kl_penalty(logp_BT: jax.Array, ref_logp_BT: jax.Array, estimator: str = "k3"
 
     k1 = logp - ref (unbiased, but its expected gradient on-policy is zero, so as a loss it does
     almost nothing); k2 = ½(logp - ref)²; k3 = exp(ref - logp) - (ref - logp) - 1 (unbiased,
-    non-negative, low variance: the default).
+    non-negative, low variance: the default). k3 is bounded as verl bounds it (exponent clamped
+    to ±LOG_RATIO_CLAMP, value to ±K3_CLAMP; no gradient flows past either clamp).
     """
     log_ratio = ref_logp_BT.astype(jnp.float32) - logp_BT.astype(jnp.float32)
     if estimator == "k1":
@@ -98,9 +118,11 @@ def kl_penalty(logp_BT: jax.Array, ref_logp_BT: jax.Array, estimator: str = "k3"
     if estimator == "k2":
         return 0.5 * log_ratio**2
     if estimator == "k3":
-        # Clamp the exponent so a token the reference finds very unlikely cannot overflow.
-        log_ratio = jnp.clip(log_ratio, -20.0, 20.0)
-        return jnp.exp(log_ratio) - log_ratio - 1.0
+        # exp(ref - logp) overflows where the policy finds a token far LESS likely than the
+        # reference does: clamp the exponent, then the value (at ref - logp = 3 a token would
+        # already add 16.1; at 25, 4.85e8 with gradients up to 1.7e7).
+        log_ratio = jnp.clip(log_ratio, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        return jnp.clip(jnp.exp(log_ratio) - log_ratio - 1.0, -K3_CLAMP, K3_CLAMP)
     raise ValueError(f"unknown KL estimator {estimator!r}; expected one of {KL_ESTIMATORS}")
 
 
@@ -113,10 +135,15 @@ def value_loss(
     clip_eps: float = 0.2,
     aggregation: str = "token_mean",
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """Clipped value loss ½·max((V - R)², (clip(V, V_old ± ε) - R)²), aggregated."""
+    """Clipped value loss ½·max((V - R)², (clip(V, V_old ± ε) - R)²), aggregated.
+
+    V itself is clipped into [V_old − ε, V_old + ε] (verl's convention): inside the band the
+    clipped value is exactly V, so `vf_clip_frac` counts only values the band moved (the form
+    V_old + clip(V − V_old, ±ε) rounds inside the band and over-counts).
+    """
     values = values_BT.astype(jnp.float32)
     old = jax.lax.stop_gradient(old_values_BT).astype(jnp.float32)
-    clipped_values = old + jnp.clip(values - old, -clip_eps, clip_eps)
+    clipped_values = jnp.clip(values, old - clip_eps, old + clip_eps)
     err = (values - returns_BT) ** 2
     err_clipped = (clipped_values - returns_BT) ** 2
     per_token = 0.5 * jnp.maximum(err, err_clipped)

@@ -33,6 +33,7 @@ from memr1.models.params import merge_params, rebind
 from memr1.rl import advantages as adv_lib
 from memr1.rl.critic import critic_values
 from memr1.rl.grpo import (
+    check_dual_clip,
     check_kl_and_temperature,
     kl_to_reference,
     policy_metrics,
@@ -65,8 +66,8 @@ class PPOConfig:
     kl_estimator: str
     temperature: float  # the rollout temperature: log-probs are under logits / T
     n_micro: int
+    dual_clip: float  # bound the loss for A < 0 at c·|A| (verl: c = 3, always on); 0 = off
     clip_eps_high: float | None = None
-    dual_clip: float | None = None
     value_clip_eps: float = 0.5  # verl's cliprange_value
     vf_coef: float = 1.0  # the critic has its own optimiser, so this only scales its gradients
     logprob_chunk: int = 128
@@ -77,6 +78,7 @@ class PPOConfig:
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"PPO {name}={value!r} (train.{name}): must be in [0, 1]")
         check_kl_and_temperature("PPO", self.kl_estimator, self.temperature)
+        check_dual_clip("PPO", self.dual_clip)
 
     @classmethod
     def from_config(cls, config) -> PPOConfig:
@@ -90,6 +92,7 @@ class PPOConfig:
             kl_estimator=t.kl_estimator,
             temperature=t.temperature,
             n_micro=t.n_micro,
+            dual_clip=t.dual_clip,
         )
 
 
@@ -171,7 +174,7 @@ def ppo_loss(graphdef: Any, critic_graphdef: Any, cfg: PPOConfig) -> Callable:
                 m,
                 clip_eps=cfg.clip_eps,
                 clip_eps_high=cfg.clip_eps_high,
-                dual_clip=cfg.dual_clip,
+                dual_clip=cfg.dual_clip or None,
                 num_tokens=n_tokens,
             )
             kl_loss, kl_metrics = kl_to_reference(

@@ -30,6 +30,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from memr1.sampling.layout import rollout_params
+from memr1.sharding import MESH_AXES
 
 
 def process_slice(
@@ -89,10 +90,12 @@ def local_replica(tree: Any) -> Any:
     One process: `tree` itself. Several: sharded leaves are all-gathered once (a collective on
     the whole mesh, so every process calls this at the same point) and every leaf is then
     re-wrapped over this process's devices, so that a sampler fed with the result runs on this
-    process alone. A leaf that is already replicated is wrapped without a copy: the result
-    shares its buffers, so the source must stay alive (not donated) while the result is used.
-    Memory: one whole copy of the weights per device, in their stored dtype; pass a
-    compute-dtype copy of them to halve it.
+    process alone. Those devices form a mesh of the training axes with all of them on fsdp
+    (1 × n × 1), so the sampler splits its rows over them (`memr1.sampling.layout.row_sharding`
+    finds the row axes): each device decodes its share of the process's rows. A leaf that is
+    already replicated is wrapped without a copy: the result shares its buffers, so the source
+    must stay alive (not donated) while the result is used. Memory: one whole copy of the
+    weights per device, in their stored dtype; pass a compute-dtype copy of them to halve it.
     """
     if jax.process_count() == 1:
         return tree
@@ -132,7 +135,11 @@ def _wrap_local(x: jax.Array) -> jax.Array:
 
 @functools.lru_cache(maxsize=8)
 def _local_sharding(devices: tuple) -> NamedSharding:
-    return NamedSharding(Mesh(np.asarray(devices), ("local",)), PartitionSpec())
+    """Whole on each of this process's devices, on a mesh with the training axes (data, fsdp,
+    tensor) = (1, n, 1): a mesh of one "local" axis has no row axes, and every device then
+    decoded all of the process's rows (8x the FLOPs and KV cache on a host of 8)."""
+    grid = np.asarray(devices, dtype=object).reshape(1, len(devices), 1)
+    return NamedSharding(Mesh(grid, MESH_AXES), PartitionSpec())
 
 
 def gather(value: Any) -> list[Any]:

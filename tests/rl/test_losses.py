@@ -114,3 +114,74 @@ def test_approx_kl_is_k3_of_kl_old_to_new_on_old_samples():
     kl_old_new = 0.5 * np.log(0.5 / 0.8) + 0.5 * np.log(0.5 / 0.2)
     assert kl_old_new == pytest.approx(0.223144, abs=1e-6)
     assert float(m["approx_kl"]) == pytest.approx(kl_old_new, rel=1e-5)
+
+
+def test_k3_value_is_clamped_to_ten_as_verl_does():
+    """At ref - logp = 3 the unclamped k3 is e³ - 3 - 1 = 16.09 (at 25: 4.85e8); verl clamps the
+    value to [-10, 10], so one token the policy finds far less likely than the reference adds at
+    most 10, and no gradient flows past the clamp."""
+    logp = jnp.zeros((1, 3))
+    ref = jnp.array([[3.0, 25.0, 0.5]])
+    kl = losses.kl_penalty(logp, ref, "k3")
+    np.testing.assert_allclose(np.asarray(kl[0]), [10.0, 10.0, np.exp(0.5) - 1.5], rtol=1e-6)
+    # The other direction: logp - ref = 25 → exponent clamped at -20 → e^-20 + 19 → 10.
+    assert float(losses.kl_penalty(jnp.array([[25.0]]), jnp.zeros((1, 1)), "k3")[0, 0]) == 10.0
+    grad = jax.grad(lambda lp: losses.kl_penalty(lp, ref, "k3").sum())(logp)
+    np.testing.assert_allclose(np.asarray(grad[0]), [0.0, 0.0, -(np.exp(0.5) - 1)], rtol=1e-6)
+
+
+def test_log_ratio_is_clamped_to_twenty_before_exp():
+    """A token whose log-ratio is 100 made exp overflow: loss and approx_kl were inf. Clamped to
+    ±20 (verl) the ratio is at most e^20 and nothing is infinite, the gradient included."""
+    logp, old = jnp.array([[100.0]]), jnp.zeros((1, 1))
+    adv, mask = jnp.array([[-1.0]]), jnp.ones((1, 1))
+    loss, m = losses.policy_loss(logp, old, adv, mask, clip_eps=EPS)
+    assert float(loss) == pytest.approx(np.exp(20.0), rel=1e-5)  # -r·A with r = e^20
+    assert np.isfinite(float(m["approx_kl"]))
+    grad = jax.grad(lambda lp: losses.policy_loss(lp, old, adv, mask, clip_eps=EPS)[0])(logp)
+    assert float(grad[0, 0]) == 0.0  # past the clamp
+    # Below the clamp nothing changes: log-ratio 19 gives -r·A = e^19.
+    loss19, _ = losses.policy_loss(jnp.array([[19.0]]), old, adv, mask, clip_eps=EPS)
+    assert float(loss19) == pytest.approx(np.exp(19.0), rel=1e-5)
+
+
+def test_dual_clip_metric_counts_bounded_tokens():
+    # Ratios 10 (A<0: bounded at 3), 2 (A<0: loss 2 < 3, not bounded), 10 (A>0: untouched).
+    logp = jnp.log(jnp.array([[10.0, 2.0, 10.0]]))
+    adv = jnp.array([[-1.0, -1.0, 1.0]])
+    loss, m = losses.policy_loss(
+        logp, jnp.zeros((1, 3)), adv, jnp.ones((1, 3)), clip_eps=EPS, dual_clip=3.0
+    )
+    assert float(loss) == pytest.approx((3.0 + 2.0 - 1.2) / 3, rel=1e-5)
+    assert float(m["dual_clip_frac"]) == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="dual_clip"):
+        _loss_one_token(10.0, -1.0, dual_clip=0.5)
+
+
+def test_value_clip_fraction_counts_only_values_the_band_moved():
+    """V = -0.1350451 lies inside V_old ± 0.5 (V_old = -0.5474873), so clipping leaves it alone
+    and vf_clip_frac must be 0. In float32 V_old + (V - V_old) is not V, and with the return
+    1.011834 that rounding made the clipped error look larger (counted as clipped; random
+    in-band values were over-counted by 1.4%). verl clips V itself."""
+    v, old, ret = np.float32(-0.1350451), np.float32(-0.5474873), np.float32(1.011834)
+    assert old + (v - old) != v  # the rounding the old form suffered from
+    loss, m = losses.value_loss(
+        jnp.array([[v]]), jnp.array([[old]]), jnp.array([[ret]]), jnp.ones((1, 1)), clip_eps=0.5
+    )
+    assert float(m["vf_clip_frac"]) == 0.0
+    assert float(loss) == pytest.approx(0.5 * float(v - ret) ** 2, rel=1e-6)
+
+
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_dual_clip_is_a_config_setting_on_by_default_as_in_verl(algo):
+    from configs import memr1 as memr1_config
+    from memr1.rl import grpo, ppo
+
+    settings = {"grpo": grpo.GRPOConfig, "ppo": ppo.PPOConfig}[algo]
+    config = memr1_config.get_config(f"runlocal,algo={algo}")
+    assert settings.from_config(config).dual_clip == 3.0  # verl's clip_ratio_c, always applied
+    config.train.dual_clip = 0.0  # off
+    assert settings.from_config(config).dual_clip == 0.0
+    config.train.dual_clip = 0.9
+    with pytest.raises(ValueError, match=r"train\.dual_clip"):
+        settings.from_config(config)

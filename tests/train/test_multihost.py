@@ -8,6 +8,7 @@ import pytest
 
 from memr1.env.policy import Completion
 from memr1.train import batches, multihost
+from tests.fake_devices import run_check
 
 
 def test_each_process_takes_its_contiguous_share_of_the_step():
@@ -80,3 +81,15 @@ def test_rollout_rows_on_one_process_choose_signal_groups_like_the_batch_functio
     np.testing.assert_array_equal(batch["rewards"], [1.0, 0.0])  # the one group with signal
     assert stats["signal_groups_frac"] == 1.0 and stats["reward"] == 0.5
     assert stats["zero_signal_frac"] == pytest.approx(2 / 3)
+
+
+@pytest.mark.slow
+def test_a_process_local_replica_splits_the_process_rows_over_its_devices():
+    """8 fake devices as one process of two (`local_replica_check.py`): the policy's rollout
+    replica and a frozen copy's replica decode 4 of the 32 rows per device, with the per-device
+    FLOPs and temporaries of the single-process decode copy (before: every device decoded all
+    32, 7.8x the FLOPs)."""
+    report = run_check("tests.train.local_replica_check", "LOCAL_REPLICA_OK")
+    for name in ("rollout_replica", "local"):
+        assert report[name] == report["decode_copy"]
+    assert report["decode_copy"]["rows_per_device"] == 4
