@@ -14,15 +14,19 @@ trainer's shardings and compiled. Prompt and reply lengths are drawn per row, un
 given ranges (assumptions, not measurements: the Answer Agent reads ~60 memories and replies in
 ~50-300 tokens); replies are cut at the budget.
 
-Stages and what "real" counts (N = the parameters of the compiled blocks plus the unembedding,
-whose matmul every token pays; the embedding lookup is a gather, 0 FLOPs):
-  rollout  the policy's sampler calls of the step: 2N a real prompt token (prefilled once per
-           prompt) and 2N a generated token.
+Stages and what "real" counts (N_blocks = the parameters of the compiled blocks, N_head = the
+unembedding's V x D, which only tokens whose logits are needed pay; the embedding lookup is a
+gather, 0 FLOPs):
+  rollout  the policy's sampler calls of the step: 2 N_blocks a real prompt token (prefilled
+           once per prompt) or generated token, plus 2 N_head a generated token.
   reward   manager stage only: the frozen answerer's calls (one question a sampled bank,
            `agents.answer_max_new_tokens`, greedy), counted as the rollout; the answer stage's
            reward is exact match on the host (0 device FLOPs).
-  update   the GRPO step: 6N a real token, a group's prompt once (the shared-prompt update runs
-           it once) and every reply token.
+  update   the GRPO step: 6 N_blocks a real token, a group's prompt once (the shared-prompt
+           update runs it once) and every reply token, plus 6 N_head a reply token.
+`per_pos` sets the compiled FLOPs against the same count over every position the update runs
+(padding included): what is left is the program's own overhead (the KL reference's forward
+pass, attention, remat's recompute where the compiler keeps it), not padding.
 Compiled FLOPs are `compiled.cost_analysis()["flops"]` of the step's own programs. XLA counts
 a loop body once whatever its trip count, so each loop is compiled apart: the sampler program
 is compiled whole and its prefill alone, the decode step is their difference and runs (longest
@@ -121,14 +125,19 @@ def draw_lengths(rng, rows: int, lo_hi: tuple[int, int], cap: int | None = None)
     return np.minimum(out, cap) if cap else out
 
 
-def flops_params(params, tied: bool) -> int:
-    """N: every parameter but the embedding table (a gather), which counts once when tied (it
-    is then the unembedding too)."""
+def flops_params(params, cfg) -> tuple[int, int]:
+    """(N_blocks, N_head): the parameters of the blocks (and final norm), and the unembedding's
+    V x D (the lm_head, or the tied embedding); the embedding lookup is a gather, 0 FLOPs."""
     import jax
 
     total = sum(math.prod(x.shape) for x in jax.tree.leaves(params))
-    embed = math.prod(params["embed"].shape) if "embed" in params else 0
-    return total if tied else total - embed
+    tables = sum(
+        math.prod(x.shape)
+        for k in ("embed", "lm_head")
+        if k in params
+        for x in jax.tree.leaves(params[k])
+    )
+    return total - tables, cfg.vocab_size * cfg.d_model
 
 
 def xla_memory(compiled) -> dict:
@@ -205,7 +214,8 @@ def sampler_stage(name, cfg, graphdef, params_abs, n, prompt_len, reply_len, *, 
     for c in range(calls):
         p = prompt_len[c * call : (c + 1) * call]
         r = reply_len[c * call * group : (c + 1) * call * group]
-        real += 2.0 * n * (p.sum() + r.sum())
+        # 2 N_blocks a prefilled or generated token, 2 N_head a generated token's logits.
+        real += 2.0 * n[0] * (p.sum() + r.sum()) + 2.0 * n[1] * r.sum()
         p = np.concatenate([p, np.repeat(p[:1], call - len(p))])
         width = _pow2(max(p))
         if width not in compiled:
@@ -301,9 +311,12 @@ def update_stage(setup, grpo_cfg, n, batch, *, group, devices, memory: bool) -> 
     compiled = grpo_cfg.n_micro * flops_of(mb)
     valid = batch["valid"]
     p = batch["prompt_mask"].shape[1]
-    real_tokens = int(valid[::group, :p].sum() + valid[:, p:].sum())
+    prompt_tokens, reply_tokens = int(valid[::group, :p].sum()), int(valid[:, p:].sum())
+    real_tokens = prompt_tokens + reply_tokens
     positions = rows // group * p + rows * (width - p)
-    real = 6.0 * n * real_tokens / devices
+    # 6 N_blocks a token (a group's prompt once), 6 N_head a reply token's logits.
+    real = (6.0 * n[0] * real_tokens + 6.0 * n[1] * reply_tokens) / devices
+    dense = (6.0 * n[0] * positions + 6.0 * n[1] * rows * (width - p)) / devices
     out = {
         "stage": "update",
         "rows": rows,
@@ -318,7 +331,7 @@ def update_stage(setup, grpo_cfg, n, batch, *, group, devices, memory: bool) -> 
         "real_flops": real,
         "compiled_over_real": compiled / real,
         # The same program over the positions it runs: what it costs a token without padding.
-        "compiled_over_positions": compiled / (6.0 * n * positions / devices),
+        "compiled_over_positions": compiled / dense,
         "xla_memory": None,
     }
     if memory:
@@ -372,7 +385,7 @@ def run(args) -> dict:
     setup, _ = state.create_train_state(
         m, cfg, state.OptimConfig.from_config(config), materialize=False
     )
-    n = flops_params(setup.abstract_state.params, cfg.tie_embeddings)
+    n = flops_params(setup.abstract_state.params, cfg)
     devices = jax.device_count()
     g, budget = t.group_size, t.max_new_tokens
     states = t.batch_size * t.oversample
@@ -430,7 +443,8 @@ def run(args) -> dict:
         "devices": devices,
         "size": args.size,
         "layers": args.layers,
-        "n_flops_params": n,
+        "n_blocks": n[0],
+        "n_head": n[1],
         "stage": args.stage,
         "settings": {
             "states": states,
@@ -451,10 +465,11 @@ def run(args) -> dict:
 
 def format_table(report: dict) -> str:
     head = (
-        f"{report['size']} x {report['layers']} blocks (N = {report['n_flops_params'] / 1e9:.2f}B"
-        f" FLOP params), {report['stage']} stage, {report['devices']} devices, micro_rows "
-        f"{report['settings']['micro_rows']} | per device; ratio = compiled / real, per_pos = "
-        "compiled / (6N x positions run)"
+        f"{report['size']} x {report['layers']} blocks (N_blocks {report['n_blocks'] / 1e9:.2f}B, "
+        f"N_head {report['n_head'] / 1e9:.2f}B), {report['stage']} stage, "
+        f"{report['devices']} devices, micro_rows {report['settings']['micro_rows']} | per "
+        "device; ratio = compiled / real, per_pos = "
+        "compiled / the real FLOPs of the positions run"
     )
     cols = (
         "stage",

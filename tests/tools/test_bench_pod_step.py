@@ -28,7 +28,7 @@ def test_the_report_is_computed_from_the_compiled_programs(tmp_path):
     out = tmp_path / "report.json"
     assert bench.main([*ARGS, "--json", str(out)]) == 0
     report = json.loads(out.read_text())
-    for key in ("date", "machine", "devices", "size", "layers", "n_flops_params", "settings"):
+    for key in ("date", "machine", "devices", "size", "layers", "n_blocks", "n_head", "settings"):
         assert key in report, key
     rows = {(r["stage"], r.get("widths")): r for r in report["rows"]}
     assert set(rows) == {("rollout", None), ("update", "fixed"), ("update", "bucketed")}
@@ -53,9 +53,13 @@ def test_the_report_is_computed_from_the_compiled_programs(tmp_path):
     assert batch["tokens"].shape[1] == bucketed["prompt_width"] + bucketed["reply_width"]
     real_tokens = int(prompts.sum() + replies.sum())  # a group's prompt once
     assert bucketed["real_tokens"] == real_tokens
-    n = report["n_flops_params"]
-    assert bucketed["real_flops"] == pytest.approx(6 * n * real_tokens)
-    assert rows[("rollout", None)]["real_flops"] == pytest.approx(2 * n * real_tokens)
+    # tiny: 4096 x 192 tied embedding = the unembedding; one block of the rest.
+    blocks, head = report["n_blocks"], report["n_head"]
+    assert head == 4096 * 192 and 0 < blocks < 192 * 192 * 16
+    expect = 6 * blocks * real_tokens + 6 * head * int(replies.sum())
+    assert bucketed["real_flops"] == pytest.approx(expect)
+    expect = 2 * blocks * real_tokens + 2 * head * int(replies.sum())
+    assert rows[("rollout", None)]["real_flops"] == pytest.approx(expect)
 
     from memr1.models.config import get_size
     from memr1.rl.grpo import GRPOConfig
