@@ -180,7 +180,9 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
     """Training of one agent (paper: actor lr 1e-6 with warmup, critic 1e-5, temperature 1.0).
 
     `batch_size` counts states (prompts) per step; GRPO samples `group_size` outputs for each.
-    `max_new_tokens` bounds each rollout (paper: 2048 response tokens). For the manager stage
+    `max_new_tokens` bounds each rollout (paper: 2048 response tokens); the update's rows are as
+    wide as each step's longest prompt and reply (`memr1.train.batches.width_bucket`), and the
+    share of padding they hold is logged as `train/pad_frac`. For the manager stage
     the frozen Answer Agent answers exactly as evaluation does: the `agents` section's
     temperature and `answer_max_new_tokens`, the `memory` section's retriever and k_per_speaker.
     LoRA (`memr1.train.lora`, through qwix): `lora_rank` > 0 trains only rank-r adapters on the

@@ -145,12 +145,15 @@ def make_batch(cfg, args) -> dict[str, np.ndarray]:
     tokens = np.where(valid, rng.integers(1, cfg.vocab_size, size=(b, t)), 0).astype(np.int32)
     if args.shared_prompt:  # the G samples of a prompt: same prompt columns
         tokens[:, :prompt] = np.repeat(tokens[::g, :prompt], g, axis=0)
-    return {
+    out = {
         "tokens": tokens,
         "valid": valid,
         "response_mask": (col >= prompt) & valid,
         "advantages": adv.reshape(-1),
     }
+    if args.shared_prompt:  # the shared-prompt update reads the prompt width off this field
+        out["prompt_mask"] = valid[:, :prompt].copy()
+    return out
 
 
 def old_logprobs(graphdef, params, batch, args) -> np.ndarray:

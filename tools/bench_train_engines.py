@@ -38,7 +38,6 @@ class JaxEngine:
             temperature=1.0,
             n_micro=1,
             prompt_group=args.group if args.shared_prompt else 1,
-            response_width=args.length - args.prompt if args.shared_prompt else 0,
             dual_clip=3.0,
             logprob_chunk=args.logprob_chunk,
         )

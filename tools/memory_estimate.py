@@ -118,9 +118,10 @@ def shard_bytes(mesh: dict[str, int], tree) -> tuple[int, list[str]]:
     return total, problems
 
 
-def abstract_state(size: str, param_dtype: str, lora_rank: int = 0):
+def abstract_state(size: str, param_dtype: str, lora_rank: int = 0, layers: int | None = None):
     """(ModelConfig, abstract params, abstract trainable params, abstract AdamW state) from
-    jax.eval_shape; with `lora_rank` the params include the LoRA adapters, which alone train."""
+    jax.eval_shape; with `lora_rank` the params include the LoRA adapters, which alone train;
+    `layers` keeps only that many blocks (to compare with a compiled step of as many)."""
     import jax
     from flax import nnx
 
@@ -135,6 +136,8 @@ def abstract_state(size: str, param_dtype: str, lora_rank: int = 0):
     config = memr1_config.get_config()
     config.train.update(lora_rank=lora_rank, lora_alpha=2.0 * lora_rank)
     cfg = get_size(size, param_dtype=param_dtype)
+    if layers is not None:
+        cfg = cfg.replace(n_layers=layers)
     if lora_rank:
         module_fn = lora.module_fn(cfg, lora.LoraConfig.from_config(config))
         _, params = nnx.split(nnx.eval_shape(module_fn))
@@ -202,19 +205,26 @@ def params_itemsize(params) -> int:
     return size
 
 
-def estimate(size: str, setup: str, w: Workload = Workload(), margin: float = 0.1) -> dict:
+def estimate(
+    size: str,
+    setup: str,
+    w: Workload = Workload(),
+    margin: float = 0.1,
+    layers: int | None = None,
+) -> dict:
     """Per-device bytes of every component, the total and the verdict for one setup.
 
     Args:
       size: a key of `memr1.models.config.SIZES`.
       setup: a key of `SETUPS` (mesh data x fsdp x tensor and device capacity).
+      layers: count only that many blocks (default: the size's own).
     Returns:
       A dict of byte counts (see the module docstring for how they add up), `total`,
       `capacity`, `fits` ("yes" / "tight" / "no") and any mesh divisibility problems.
     """
     spec = SETUPS[setup]
     mesh = dict(zip(("data", "fsdp", "tensor"), spec["mesh"], strict=True))
-    cfg, params, trainable, opt = abstract_state(size, w.param_dtype, w.lora_rank)
+    cfg, params, trainable, opt = abstract_state(size, w.param_dtype, w.lora_rank, layers)
     p_bytes, problems = shard_bytes(mesh, params)
     t_bytes, _ = shard_bytes(mesh, trainable)
     o_bytes, _ = shard_bytes(mesh, opt)

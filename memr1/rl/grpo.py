@@ -3,6 +3,9 @@
 Batch fields (rows = B prompts × G samples, prompt-major like the sampler's output):
   tokens         [BG, T] int32  prompt (left-padded) then response (right-padded).
   valid          [BG, T] bool   real tokens.
+  prompt_mask    [BG, P] bool   real prompt tokens; needed by the shared-prompt update only,
+                 which reads the prompt width P from its shape (the last T - P columns are the
+                 responses, however wide the batch's own longest response made them).
   response_mask  [BG, T] bool   response tokens: the loss is on these only.
   advantages     [BG]  float32  one advantage per sequence.
   old_logp       [BG, T] optional: log-probs of the policy that sampled (from the sampler, or
@@ -26,6 +29,7 @@ without a reference argument and never traces a reference forward pass.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -67,10 +71,11 @@ class GRPOConfig:
     """The GRPO update. The fields without a default come from the config's train section
     (`from_config`); the others are variants the shipped configs do not set.
 
-    Rows come in groups of `prompt_group` samples of one prompt whose last `response_width`
-    columns are the responses: the prompt then runs once per group
+    Rows come in groups of `prompt_group` samples of one prompt whose columns after the batch's
+    `prompt_mask` width are the responses: the prompt then runs once per group
     (`memr1.rl.logprobs.grouped_logprobs`) and micro-batches keep groups whole. 1 runs every
-    row whole.
+    row whole. The widths are the batch's own (`memr1.train.batches.rollout_rows` sizes them by
+    the step's data), not a config constant.
     """
 
     clip_eps: float
@@ -79,7 +84,6 @@ class GRPOConfig:
     temperature: float  # the rollout temperature: log-probs are under logits / T
     n_micro: int
     prompt_group: int
-    response_width: int
     dual_clip: float  # bound the loss for A < 0 at c·|A| (verl: c = 3, always on); 0 = off
     clip_eps_high: float | None = None  # DAPO's asymmetric upper clip; None = clip_eps
     aggregation: str = "token_mean"  # or "seq_mean_token_mean"
@@ -88,11 +92,6 @@ class GRPOConfig:
     def __post_init__(self):
         check_kl_and_temperature("GRPO", self.kl_estimator, self.temperature)
         check_dual_clip("GRPO", self.dual_clip)
-        if self.prompt_group > 1 and self.response_width < 1:
-            raise ValueError(
-                f"GRPO prompt_group={self.prompt_group} needs response_width >= 1 (the columns "
-                f"after the shared prompt); got {self.response_width}"
-            )
 
     @classmethod
     def from_config(cls, config) -> GRPOConfig:
@@ -105,18 +104,35 @@ class GRPOConfig:
             temperature=t.temperature,
             n_micro=t.n_micro,
             prompt_group=t.group_size if t.shared_prompt else 1,
-            response_width=t.max_new_tokens,
             dual_clip=t.dual_clip,
         )
 
-    def logprobs(self, graphdef, params, tokens_BT, valid_BT):
-        """(logp, entropy) of every row's tokens under `params`, as the loss reads them."""
+    def prompt_width(self, batch) -> int | None:
+        """The shared prompt's width, read off the batch (None when every row runs whole)."""
+        if self.prompt_group == 1:
+            return None
+        if "prompt_mask" not in batch:
+            raise ValueError(
+                f"GRPO prompt_group={self.prompt_group} (train.shared_prompt) needs the batch "
+                f"field 'prompt_mask' [rows, prompt width] to find the responses; the batch has "
+                f"{sorted(batch)}"
+            )
+        return batch["prompt_mask"].shape[-1]
+
+    def logprobs(self, graphdef, params, tokens_BT, valid_BT, prompt_width=None):
+        """(logp, entropy) of every row's tokens under `params`, as the loss reads them;
+        `prompt_width` (from `self.prompt_width(batch)`) when the prompt is shared."""
         kw = dict(temperature=self.temperature, chunk=self.logprob_chunk)
         if self.prompt_group == 1:
             return sequence_logprobs(graphdef, params, tokens_BT, valid_BT, **kw)
-        width = tokens_BT.shape[1] - self.response_width
         return grouped_logprobs(
-            graphdef, params, tokens_BT, valid_BT, group=self.prompt_group, prompt_width=width, **kw
+            graphdef,
+            params,
+            tokens_BT,
+            valid_BT,
+            group=self.prompt_group,
+            prompt_width=prompt_width,
+            **kw,
         )
 
 
@@ -166,6 +182,21 @@ def response_metrics(mask_BT: jax.Array) -> dict[str, jax.Array]:
     return {"response_length": lengths.mean(), "response_length_max": lengths.max()}
 
 
+def pad_frac(valid_BT: jax.Array, prompt_width: int | None = None, group: int = 1) -> jax.Array:
+    """The share of the update's token positions that are padding.
+
+    Every row runs whole unless `prompt_width` is given with `group` > 1 (the shared-prompt
+    update): then each group's first `prompt_width` columns run once, and count once.
+    """
+    valid = valid_BT.astype(jnp.float32)
+    rows, width = valid.shape
+    if prompt_width is None or group == 1:
+        return 1.0 - valid.mean()
+    p = prompt_width
+    real = valid[::group, :p].sum() + valid[:, p:].sum()
+    return 1.0 - real / (rows // group * p + rows * (width - p))
+
+
 def grpo_loss(graphdef: Any, cfg: GRPOConfig) -> Callable:
     """GRPO's `loss_factory(batch, frozen, ref_params) -> (loss_fn, batch_metrics)` for
     `memr1.train.update.make_step` (built into the jitted step by `memr1.train.steps`).
@@ -173,17 +204,20 @@ def grpo_loss(graphdef: Any, cfg: GRPOConfig) -> Callable:
     `loss_fn(diff, mb)` is the clipped surrogate on per-sequence advantages plus β·KL to the
     reference, normalised over the whole batch's response tokens so that micro-batches sum to it.
     Metrics: pg_loss, kl (β > 0), clip_frac, ratio_mean, approx_kl, entropy, logprob_gap /
-    logprob_gap_abs (with sampler_logp), response_length(_max), n_tokens.
+    logprob_gap_abs (with sampler_logp), response_length(_max), n_tokens, pad_frac (the share
+    of the update's positions that are padding).
     """
 
     def loss_factory(batch, frozen, ref_params):
         mask = batch["response_mask"] & batch["valid"]
         n_tokens = mask.astype(jnp.float32).sum()
         n_seqs = jnp.asarray(mask.shape[0], jnp.float32)
+        width = cfg.prompt_width(batch)
+        logprobs = functools.partial(cfg.logprobs, prompt_width=width)
 
         def loss_fn(diff, mb):
             params = merge_params(diff[0], frozen)
-            logp, ent = cfg.logprobs(graphdef, params, mb["tokens"], mb["valid"])
+            logp, ent = logprobs(graphdef, params, mb["tokens"], mb["valid"])
             m = mb["response_mask"] & mb["valid"]
             old = mb["old_logp"] if "old_logp" in mb else jax.lax.stop_gradient(logp)
             pg, pg_metrics = policy_loss(
@@ -204,7 +238,7 @@ def grpo_loss(graphdef: Any, cfg: GRPOConfig) -> Callable:
                 mb,
                 logp,
                 m,
-                logprobs=cfg.logprobs,
+                logprobs=logprobs,
                 beta=cfg.kl_beta,
                 estimator=cfg.kl_estimator,
                 aggregation=cfg.aggregation,
@@ -215,7 +249,8 @@ def grpo_loss(graphdef: Any, cfg: GRPOConfig) -> Callable:
             metrics.update(kl_metrics, pg_loss=pg)
             return pg + kl_loss, metrics
 
-        return loss_fn, {"n_tokens": n_tokens, **response_metrics(mask)}
+        padding = pad_frac(batch["valid"], width, cfg.prompt_group)
+        return loss_fn, {"n_tokens": n_tokens, "pad_frac": padding, **response_metrics(mask)}
 
     return loss_factory
 
@@ -238,6 +273,7 @@ def grpo_batch_from_rollout(rollout: Any, rewards_BG: jax.Array, *, ddof: int = 
     batch = {
         "tokens": jnp.concatenate([rollout.prompt_tokens, rollout.tokens], axis=1),
         "valid": jnp.concatenate([prompt_mask, resp_mask], axis=1),
+        "prompt_mask": prompt_mask,
         "response_mask": jnp.concatenate([jnp.zeros_like(prompt_mask), resp_mask], axis=1),
         "advantages": adv_BG.reshape(-1),
         "old_logp": logp,

@@ -36,6 +36,7 @@ from memr1.rl.grpo import (
     check_dual_clip,
     check_kl_and_temperature,
     kl_to_reference,
+    pad_frac,
     policy_metrics,
     response_metrics,
 )
@@ -149,7 +150,7 @@ def ppo_loss(graphdef: Any, critic_graphdef: Any, cfg: PPOConfig) -> Callable:
     """PPO's `loss_factory(batch, frozen, ref_params)` for `memr1.train.update.make_step`:
     the clipped surrogate on per-token advantages, optional β·KL to a reference, and the
     clipped value loss (the critic's parameters are the second differentiated part).
-    Metrics: those of GRPO plus value_loss and vf_clip_frac."""
+    Metrics: those of GRPO (pad_frac over whole rows) plus value_loss and vf_clip_frac."""
 
     def loss_factory(batch, frozen, ref_params):
         mask = batch["response_mask"] & batch["valid"]
@@ -205,6 +206,7 @@ def ppo_loss(graphdef: Any, critic_graphdef: Any, cfg: PPOConfig) -> Callable:
             metrics["vf_clip_frac"] = v_metrics["vf_clip_frac"] * share
             return pg + kl_loss + cfg.vf_coef * v_loss, metrics
 
-        return loss_fn, {"n_tokens": n_tokens, **response_metrics(mask)}
+        padding = pad_frac(batch["valid"])
+        return loss_fn, {"n_tokens": n_tokens, "pad_frac": padding, **response_metrics(mask)}
 
     return loss_factory

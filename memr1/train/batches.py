@@ -1,8 +1,11 @@
 """Host-side packing of sampled completions into fixed-shape GRPO batches.
 
 A batch row is a prompt (left-padded to a bucket width) followed by its response (right-padded
-to the rollout's `max_new_tokens`). Widths come from a small set of buckets so the jitted step
-compiles a handful of programs over a run, not one per batch.
+to a bucket width). Both widths follow the step's own data, the longest prompt and the longest
+response on any process, not the rollout's budget: Answer Agent replies of ~50–300 tokens under
+a 2,048-token budget would otherwise make most of the update's positions padding. They come from
+`width_bucket`'s ladder (four widths an octave), so the jitted step compiles a bounded handful of
+programs over a run, not one per batch.
 """
 
 from __future__ import annotations
@@ -14,8 +17,25 @@ import numpy as np
 
 from memr1.env.policy import Completion
 from memr1.rl.advantages import grpo_advantages, has_reward_spread
-from memr1.sampling.sampler import default_bucket
 from memr1.train import multihost
+
+
+def width_bucket(need: int, cap: int | None = None, minimum: int = 16) -> int:
+    """The padded width of a batch whose longest row part needs `need` columns.
+
+    The ladder has four widths an octave, 2^k · (5/4, 6/4, 7/4, 2) rounded up to multiples of
+    16 (16, 32, 48, 64, 80, 96, 112, 128, 160, ..., 2048): at most a quarter of the columns of
+    a width above 64 are padding beyond the longest row, and a run compiles at most
+    4 · log2(cap / minimum) + 1 widths. `cap` (the budget the rows were cut at) is the widest.
+    """
+    if need < 1:
+        raise ValueError(f"width_bucket: need={need}, expected at least one column")
+    width = minimum
+    if need > minimum:
+        octave = 1 << (need - 1).bit_length()  # the power of two >= need
+        steps = [-(-octave * q // 8 // 16) * 16 for q in (5, 6, 7, 8)]
+        width = min(w for w in steps if w >= need)
+    return width if cap is None else min(width, cap)
 
 
 def pack_rollout(
@@ -31,7 +51,10 @@ def pack_rollout(
     memr1.rl.grpo, group advantages included) plus `rewards` [B*G] for PPO's prepare.
 
     Prompts are left-padded to `prompt_width` (default: the bucket of the longest prompt; the
-    processes of a multi-host step pass a common one, see `rollout_rows`).
+    processes of a multi-host step pass a common one, see `rollout_rows`), responses
+    right-padded to exactly `response_width` columns (longer ones are cut there). `prompt_mask`
+    [B*G, prompt_width] marks the real prompt tokens; its width is how the shared-prompt update
+    finds where the responses start (`memr1.rl.grpo.GRPOConfig.logprobs`).
 
     The sampler's per-token log-probs become `old_logp` (and `sampler_logp`, for the
     sampler-vs-trainer gap metric): the rollout policy's own probabilities under the full
@@ -42,7 +65,7 @@ def pack_rollout(
     if any(len(group) != g for group in groups):
         raise ValueError("every group needs the same number of samples")
     longest = max(len(c.prompt_ids) for c in rows)
-    prompt_width = default_bucket(longest) if prompt_width is None else prompt_width
+    prompt_width = width_bucket(longest) if prompt_width is None else prompt_width
     if longest > prompt_width:
         raise ValueError(f"a prompt of {longest} tokens does not fit prompt_width={prompt_width}")
     width = prompt_width + response_width
@@ -63,6 +86,7 @@ def pack_rollout(
     batch = {
         "tokens": tokens,
         "valid": valid,
+        "prompt_mask": valid[:, :prompt_width].copy(),
         "response_mask": response,
         "advantages": np.asarray(adv_BG, np.float32).reshape(-1),
         "rewards": np.asarray(rewards_BG, np.float32).reshape(-1),
@@ -86,24 +110,33 @@ def rollout_rows(
     """This process's rows of an RL step's batch, and the step's metrics over all processes.
 
     `groups` and `rewards_BG` [B/P, G] are this process's share of the step's states
-    (`multihost.process_slice`), `rollout_stats` its rollout's metrics. Rows are packed at the
-    prompt width of the step's longest prompt on any process, so that every process's rows have
-    one shape. Advantages are per group and a group never spans processes, so they are computed
-    here; PPO's whitening runs on the global batch inside its jitted prepare. Choosing groups
-    (`keep` > 0: `signal_first_groups`; `quantum` > 0: `keep_signal_groups`) is done on the whole
-    step's batch, gathered from every process, exactly as one process holding every row would
-    do it; each process then takes its own slice of the kept rows, so every process still feeds
-    as many rows as the others, and the choice does not depend on how the signal groups happen
-    to fall among the processes.
+    (`multihost.process_slice`), `rollout_stats` its rollout's metrics. `response_width` is the
+    rollout's budget (`train.max_new_tokens`): replies are cut there. Rows are packed at the
+    `width_bucket` of the step's longest prompt and of its longest reply on any process, so that
+    every process's rows have one shape and the update runs as many columns as the data needs
+    (the widths are those of every rolled-out group, before any choice below). Advantages are
+    per group and a group never spans processes, so they are computed here; PPO's whitening runs
+    on the global batch inside its jitted prepare. Choosing groups (`keep` > 0:
+    `signal_first_groups`; `quantum` > 0: `keep_signal_groups`) is done on the whole step's
+    batch, gathered from every process, exactly as one process holding every row would do it;
+    each process then takes its own slice of the kept rows, so every process still feeds as many
+    rows as the others, and the choice does not depend on how the signal groups happen to fall
+    among the processes.
 
     Returns:
       (the batch fields of `pack_rollout` for this process's rows, the metrics: the rollout's
       and `pack_rollout`'s over every process, plus the choices' own fractions).
     """
-    longest = max(len(c.prompt_ids) for g in groups for c in g)
-    width = default_bucket(max(multihost.gather(longest)))
+    rows = [c for g in groups for c in g]
+    reply = max(min(len(c.ids), response_width) for c in rows)
+    mine = [max(len(c.prompt_ids) for c in rows), reply]
+    prompt_need, reply_need = np.max(np.asarray(multihost.gather(mine)), axis=0).tolist()
     batch, stats = pack_rollout(
-        groups, rewards_BG, response_width=response_width, pad_id=pad_id, prompt_width=width
+        groups,
+        rewards_BG,
+        response_width=width_bucket(max(reply_need, 1), cap=response_width),
+        pad_id=pad_id,
+        prompt_width=width_bucket(prompt_need),
     )
     stats = multihost.mean_over_processes({**rollout_stats, **stats})
     if keep or quantum:

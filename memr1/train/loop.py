@@ -231,7 +231,9 @@ def make_rl_update(
     if algo == "grpo":
         make = lambda hook: steps.make_grpo_step(setup, grpo_cfg, before_guard=hook)
         step = with_ref(built(make), grpo_cfg.kl_beta)
-        fields = grpo.FIELDS + ("old_logp", "sampler_logp")
+        # The shared-prompt update reads the prompt width off `prompt_mask` (rl.grpo).
+        shared = ("prompt_mask",) if grpo_cfg.prompt_group > 1 else ()
+        fields = grpo.FIELDS + shared + ("old_logp", "sampler_logp")
         return lambda s, b: step(s, shard_batch(setup, {k: b[k] for k in fields if k in b}))
     if algo == "ppo":
         prepare = steps.make_ppo_prepare(setup, ppo_cfg)
@@ -272,7 +274,9 @@ def run_rl(
     the logged metrics cover the whole step (`memr1.train.multihost`, `batches.rollout_rows`).
 
     `rollout(params, states, key) -> (groups, rewards [B, G], stats)`; `update` from
-    `make_rl_update`.
+    `make_rl_update`. `response_width` is the rollout's budget (`train.max_new_tokens`), not
+    the batch's width: each step's rows are as wide as its own longest prompt and reply
+    (`batches.rollout_rows`), and the update logs the share of padding as `pad_frac`.
     """
     state, start = resume(checkpointer, setup, state)
     if writer is not None:

@@ -128,6 +128,7 @@ def _grouped(g: int) -> dict:
     batch = tiny.grpo_batch(group=g)
     for k in ("tokens", "valid"):
         batch[k][:, : tiny.PROMPT] = np.repeat(batch[k][::g, : tiny.PROMPT], g, axis=0)
+    batch["prompt_mask"] = batch["valid"][:, : tiny.PROMPT].copy()
     return batch
 
 
@@ -142,7 +143,7 @@ def test_shared_prompt_step_equals_whole_rows(policy, reference, n_micro):
         n_micro=n_micro, kl_beta=0.05, group_size=g, max_new_tokens=tiny.LENGTH - tiny.PROMPT
     )
     shared_cfg = tiny.grpo_config(shared_prompt=True, **cfg)
-    assert (shared_cfg.prompt_group, shared_cfg.response_width) == (g, tiny.LENGTH - tiny.PROMPT)
+    assert shared_cfg.prompt_group == g
     l1, g1, m1 = steps.make_grpo_step(setup, tiny.grpo_config(**cfg), grads_only=True)(
         s0, batch, reference
     )
@@ -165,8 +166,10 @@ def test_to_micro_keeps_units_whole():
 
 def test_shared_prompt_refuses_bad_shapes(policy):
     setup, s0 = policy
-    with pytest.raises(ValueError, match="response_width"):
-        dataclasses.replace(tiny.grpo_config(), prompt_group=4, response_width=0)
+    # The shared prompt's width comes from the batch's prompt_mask: without it, a named error.
+    shared = dataclasses.replace(tiny.grpo_config(kl_beta=0.0), prompt_group=4)
+    with pytest.raises(ValueError, match="'prompt_mask'"):
+        steps.make_grpo_step(setup, shared).trace(s0, tiny.grpo_batch())
     # 8 rows do not split into 2 micro-batches of whole groups of 8.
     cfg = tiny.grpo_config(
         shared_prompt=True, group_size=8, max_new_tokens=10, n_micro=2, kl_beta=0.0
@@ -182,7 +185,7 @@ def test_grpo_config_reads_the_train_section():
     cfg = grpo.GRPOConfig.from_config(config)
     got = {k: getattr(cfg, k) for k in ("clip_eps", "kl_beta", "kl_estimator", "temperature")}
     assert got == {"clip_eps": 0.3, "kl_beta": 0.01, "kl_estimator": "k2", "temperature": 0.7}
-    assert (cfg.n_micro, cfg.prompt_group, cfg.response_width) == (2, 3, 11)
+    assert (cfg.n_micro, cfg.prompt_group) == (2, 3)
     config.train.shared_prompt = False
     assert grpo.GRPOConfig.from_config(config).prompt_group == 1
     for key, bad in (("kl_estimator", "k4"), ("temperature", 0.0)):

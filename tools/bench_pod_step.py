@@ -1,0 +1,532 @@
+"""One RL step of each stage at the paper's settings, compiled on fake CPU devices: per-device
+FLOPs against the real tokens' and XLA's memory against `tools/memory_estimate.py`.
+
+  python tools/bench_pod_step.py [--stage answer] [--size qwen2.5-7b] [--layers 2]
+                                 [--widths both] [--prompt-lengths 1800:3000]
+                                 [--reply-lengths 50:300] [--json OUT]
+
+Settings are configs/memr1.py's `recipe=paper` (128 states of G = 8 per step, prompts up to
+4,096 tokens, 2,048 new tokens, the sampler's `agents.batch_size` prompts a call, one row a
+device a micro-batch, every device on the FSDP axis, remat, shared-prompt GRPO with KL
+β = 0.001), on `--devices` fake CPU devices, with the size's real widths and `--layers` blocks.
+Nothing is materialised: every program is lowered from `jax.ShapeDtypeStruct`s with the
+trainer's shardings and compiled. Prompt and reply lengths are drawn per row, uniformly in the
+given ranges (assumptions, not measurements: the Answer Agent reads ~60 memories and replies in
+~50-300 tokens); replies are cut at the budget.
+
+Stages and what "real" counts (N_blocks = the parameters of the compiled blocks, N_head = the
+unembedding's V x D, which only tokens whose logits are needed pay; the embedding lookup is a
+gather, 0 FLOPs):
+  rollout  the policy's sampler calls of the step: 2 N_blocks a real prompt token (prefilled
+           once per prompt) or generated token, plus 2 N_head a generated token.
+  reward   manager stage only: the frozen answerer's calls (one question a sampled bank,
+           `agents.answer_max_new_tokens`, greedy), counted as the rollout; the answer stage's
+           reward is exact match on the host (0 device FLOPs).
+  update   the GRPO step: 6 N_blocks a real token, a group's prompt once (the shared-prompt
+           update runs it once) and every reply token, plus 6 N_head a reply token.
+`per_pos` sets the compiled FLOPs against the same count over every position the update runs
+(padding included): what is left is the program's own overhead (the KL reference's forward
+pass, attention, remat's recompute where the compiler keeps it), not padding.
+Compiled FLOPs are `compiled.cost_analysis()["flops"]` of the step's own programs. XLA counts
+a loop body once whatever its trip count, so each loop is compiled apart: the sampler program
+is compiled whole and its prefill alone, the decode step is their difference and runs (longest
+reply of the call - 1) times; the update is compiled for one micro-batch (n_micro = 1, log-probs
+in one chunk) and runs `n_micro` times a step (its optimiser update, ~20 FLOPs a parameter, is
+then counted n_micro times: < 0.1%). Attention is the einsum kernel (the chunked one's scan
+would be counted once; cuDNN and splash compute the same dense scores here, see issue 25 §7).
+The figures are per device; real FLOPs are the step's over the devices.
+
+Widths: `fixed` packs the update as main did before issue 25 (the prompt's power-of-two bucket
+plus `train.max_new_tokens` reply columns), `bucketed` as `memr1.train.batches.rollout_rows`
+does now (each step's longest prompt and reply, `width_bucket`). The rollout does not change.
+
+Memory: XLA's peak of a program is its arguments + temporaries + outputs - aliased (donated)
+bytes, from `compiled.memory_analysis()`, compiled at the real settings (the whole step's batch,
+`n_micro` micro-batches, 128-token log-prob chunks). It is set against the estimate's matching
+part: for the update, resident - Answer Agent + update; for a sampler call, the rollout part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # configs/ and tools/, as a script
+
+MACHINE = "2-core AMD EPYC x86-64 (AVX-512), 24 GB, no GPU"
+DEFAULT_LENGTHS = {  # (prompt, reply) token ranges per stage
+    "answer": ((1800, 3000), (50, 300)),
+    "manager": ((1000, 3000), (100, 600)),
+}
+
+
+def parse_range(text: str) -> tuple[int, int]:
+    lo, sep, hi = text.partition(":")
+    if not sep or not 1 <= int(lo) <= int(hi):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected LO:HI with 1 <= LO <= HI")
+    return int(lo), int(hi)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--stage", default="answer", choices=("answer", "manager"))
+    p.add_argument("--size", default="qwen2.5-7b")
+    p.add_argument("--layers", type=int, default=2, help="blocks compiled (2-4)")
+    p.add_argument("--devices", type=int, default=8, help="fake CPU devices (FSDP axis)")
+    p.add_argument("--widths", default="both", choices=("fixed", "bucketed", "both"))
+    p.add_argument("--prompt-lengths", type=parse_range, help="LO:HI (default per stage)")
+    p.add_argument("--reply-lengths", type=parse_range, help="LO:HI (default per stage)")
+    p.add_argument("--states", type=int, help="states a step (default: train.batch_size)")
+    p.add_argument("--max-new-tokens", type=int, help="default: train.max_new_tokens")
+    p.add_argument("--answer-max-new-tokens", type=int, help="default: agents'")
+    p.add_argument(
+        "--micro-rows", type=int, help="rows a device a micro-batch (default: train.micro_rows)"
+    )
+    p.add_argument("--no-memory", action="store_true", help="skip the memory compiles")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--machine", default=MACHINE)
+    p.add_argument("--json", type=Path, help="also write the report as JSON")
+    return p.parse_args(argv)
+
+
+def recipe_config(args):
+    """configs/memr1.py at recipe=paper for the stage, with the tool's overrides."""
+    from configs import memr1 as memr1_config
+    from memr1.train import mesh
+
+    config = memr1_config.get_config(
+        f"backbone={args.size},algo=grpo,stage={args.stage},recipe=paper"
+    )
+    config.unlock()
+    if args.states:
+        config.train.batch_size = args.states
+    if args.max_new_tokens:
+        config.train.max_new_tokens = args.max_new_tokens
+    if args.answer_max_new_tokens:
+        config.agents.answer_max_new_tokens = args.answer_max_new_tokens
+    if args.micro_rows:
+        config.train.micro_rows = args.micro_rows
+    mesh.resolve_micro_batches(config)
+    config.lock()
+    return config
+
+
+def draw_lengths(rng, rows: int, lo_hi: tuple[int, int], cap: int | None = None) -> np.ndarray:
+    out = rng.integers(lo_hi[0], lo_hi[1] + 1, rows)
+    return np.minimum(out, cap) if cap else out
+
+
+def flops_params(params, cfg) -> tuple[int, int]:
+    """(N_blocks, N_head): the parameters of the blocks (and final norm), and the unembedding's
+    V x D (the lm_head, or the tied embedding); the embedding lookup is a gather, 0 FLOPs."""
+    import jax
+
+    total = sum(math.prod(x.shape) for x in jax.tree.leaves(params))
+    tables = sum(
+        math.prod(x.shape)
+        for k in ("embed", "lm_head")
+        if k in params
+        for x in jax.tree.leaves(params[k])
+    )
+    return total - tables, cfg.vocab_size * cfg.d_model
+
+
+def xla_memory(compiled) -> dict:
+    m = compiled.memory_analysis()
+    out = {
+        k: int(getattr(m, f"{k}_size_in_bytes")) for k in ("argument", "temp", "output", "alias")
+    }
+    out["peak"] = out["argument"] + out["temp"] + out["output"] - out["alias"]
+    return out
+
+
+def flops_of(compiled) -> float:
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    return float(cost["flops"])
+
+
+# -- rollout and reward: sampler calls ---------------------------------------------------------
+
+
+def sampler_costs(cfg, graphdef, params_abs, prompts: list[np.ndarray], *, group, budget, greedy):
+    """(F_prefill, F_step, XLA memory) of one sampler call: the whole program and its prefill
+    compiled; a decode step is their difference."""
+    import jax
+
+    from memr1.models import transformer
+    from memr1.sampling import sampler as sampler_lib
+    from memr1.sampling.layout import row_sharding
+
+    sampler = sampler_lib.Sampler(cfg, graphdef, pad_id=0)
+    kw = dict(key=jax.random.key(0), max_new_tokens=budget, num_samples=group, eos_ids=[1])
+    whole = sampler.lower(params_abs, prompts, temperature=0.0 if greedy else 1.0, **kw).compile()
+    width = sampler.bucket(max(len(p) for p in prompts))
+    tokens, valid = sampler_lib.left_pad(prompts, width, 0)
+    split = sampler_lib._splitter(row_sharding(params_abs, len(prompts)))
+    s = width + budget - 1
+
+    def prefill(params, tok, val):
+        gd = transformer.without_remat(graphdef, params)
+        return sampler._prefill(gd, params, split(tok), split(val), group, s, split)
+
+    pre = jax.jit(prefill).lower(params_abs, tokens, valid).compile()
+    f_pre, f_whole = flops_of(pre), flops_of(whole)
+    return f_pre, f_whole - f_pre, xla_memory(whole), width
+
+
+def decode_params(setup, cfg):
+    """The abstract decode copy: compute dtype, replicated over data x fsdp
+    (`memr1.sampling.layout`)."""
+    import jax
+    from jax.sharding import NamedSharding
+
+    from memr1.sampling.layout import decode_dtype, decode_spec
+
+    dtype = decode_dtype(cfg)
+
+    def one(x, s):
+        return jax.ShapeDtypeStruct(
+            x.shape, dtype, sharding=NamedSharding(s.mesh, decode_spec(s.spec))
+        )
+
+    return jax.tree.map(one, setup.abstract_state.params, setup.param_shardings)
+
+
+def sampler_stage(name, cfg, graphdef, params_abs, n, prompt_len, reply_len, *, call, group,
+                  budget, greedy, devices) -> dict:  # fmt: skip
+    """One stage of sampler calls: `call` prompts a call, `group` samples a prompt. A short last
+    call is filled with copies of its first prompt, as `memr1.env.policy.TextPolicy` fills it
+    (they decode as long as that prompt's replies: compiled, not real)."""
+    calls = -(-len(prompt_len) // call)
+    compiled = {}
+    total, real = 0.0, 0.0
+    memory = None
+    for c in range(calls):
+        p = prompt_len[c * call : (c + 1) * call]
+        r = reply_len[c * call * group : (c + 1) * call * group]
+        # 2 N_blocks a prefilled or generated token, 2 N_head a generated token's logits.
+        real += 2.0 * n[0] * (p.sum() + r.sum()) + 2.0 * n[1] * r.sum()
+        p = np.concatenate([p, np.repeat(p[:1], call - len(p))])
+        width = _pow2(max(p))
+        if width not in compiled:
+            prompts = [np.full(int(x), 2, np.int32) for x in p]
+            compiled[width] = sampler_costs(
+                cfg, graphdef, params_abs, prompts, group=group, budget=budget, greedy=greedy
+            )
+        f_pre, f_step, mem, _ = compiled[width]
+        memory = memory or mem
+        total += f_pre + (int(r.max()) - 1) * f_step
+    real /= devices
+    f_pre, f_step, _, width = next(iter(compiled.values()))
+    return {
+        "stage": name,
+        "calls": calls,
+        "group": group,
+        "budget": budget,
+        "prompt_width": width,
+        "compiled_flops": total,
+        "real_flops": real,
+        "compiled_over_real": total / real,
+        "prefill_flops": f_pre,
+        "decode_step_flops": f_step,
+        "xla_memory": memory,
+    }
+
+
+def _pow2(n: int) -> int:
+    from memr1.sampling.sampler import default_bucket
+
+    return default_bucket(int(n))
+
+
+# -- update ------------------------------------------------------------------------------------
+
+
+def update_batch(prompt_len, reply_len, group: int, budget: int, widths: str) -> dict:
+    """The step's packed GRPO batch (host arrays), as the loop packs it under `widths`."""
+    from memr1.env.policy import Completion
+    from memr1.train import batches
+
+    groups = []
+    for b, p in enumerate(prompt_len):
+        prompt = np.full(int(p), 2, np.int32)
+        rows = reply_len[b * group : (b + 1) * group]
+        groups.append(
+            [
+                Completion("", prompt, np.full(int(r), 3, np.int32), np.zeros(int(r)), True)
+                for r in rows
+            ]
+        )
+    rewards = np.tile(np.arange(group) % 2, (len(groups), 1)).astype(np.float32)
+    if widths == "bucketed":
+        batch, _ = batches.rollout_rows(
+            groups, rewards, {}, response_width=budget, pad_id=0, group=group
+        )
+    else:  # main before issue 25: the power-of-two prompt bucket + the whole budget
+        batch, _ = batches.pack_rollout(
+            groups, rewards, response_width=budget, pad_id=0, prompt_width=_pow2(max(prompt_len))
+        )
+    return {
+        k: batch[k]
+        for k in ("tokens", "valid", "prompt_mask", "response_mask", "advantages", "old_logp")
+    }
+
+
+def abstract_batch(setup, batch: dict, rows: int) -> dict:
+    import jax
+
+    from memr1.train.update import batch_sharding
+
+    sh = batch_sharding(setup)
+    return {
+        k: jax.ShapeDtypeStruct((rows, *np.shape(v)[1:]), np.asarray(v).dtype, sharding=sh)
+        for k, v in batch.items()
+    }
+
+
+def update_stage(setup, grpo_cfg, n, batch, *, group, devices, memory: bool) -> dict:
+    import jax
+
+    from memr1.train import steps
+
+    ref = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, setup.model_cfg.jnp_dtype, sharding=x.sharding),
+        setup.abstract_state.params,
+    )
+    rows, width = batch["tokens"].shape
+    micro_rows = rows // grpo_cfg.n_micro
+    one = dataclasses.replace(grpo_cfg, n_micro=1, logprob_chunk=width)
+    step = steps.make_grpo_step(setup, one)
+    mb = step.lower(setup.abstract_state, abstract_batch(setup, batch, micro_rows), ref).compile()
+    compiled = grpo_cfg.n_micro * flops_of(mb)
+    valid = batch["valid"]
+    p = batch["prompt_mask"].shape[1]
+    prompt_tokens, reply_tokens = int(valid[::group, :p].sum()), int(valid[:, p:].sum())
+    real_tokens = prompt_tokens + reply_tokens
+    positions = rows // group * p + rows * (width - p)
+    # 6 N_blocks a token (a group's prompt once), 6 N_head a reply token's logits.
+    real = (6.0 * n[0] * real_tokens + 6.0 * n[1] * reply_tokens) / devices
+    dense = (6.0 * n[0] * positions + 6.0 * n[1] * rows * (width - p)) / devices
+    out = {
+        "stage": "update",
+        "rows": rows,
+        "prompt_width": p,
+        "reply_width": width - p,
+        "n_micro": grpo_cfg.n_micro,
+        "real_tokens": real_tokens,
+        "positions": positions,
+        "pad_frac": 1.0 - real_tokens / positions,
+        "micro_batch_flops": flops_of(mb),
+        "compiled_flops": compiled,
+        "real_flops": real,
+        "compiled_over_real": compiled / real,
+        # The same program over the positions it runs: what it costs a token without padding.
+        "compiled_over_positions": compiled / dense,
+        "xla_memory": None,
+    }
+    if memory:
+        full = steps.make_grpo_step(setup, grpo_cfg)
+        out["xla_memory"] = xla_memory(
+            full.lower(setup.abstract_state, abstract_batch(setup, batch, rows), ref).compile()
+        )
+    return out
+
+
+# -- the report --------------------------------------------------------------------------------
+
+
+def estimate_bytes(args, config, **workload) -> dict:
+    """`tools/memory_estimate.py`'s figures for the compiled setting (`workload` overrides)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import memory_estimate as me
+
+    setup = {8: "8x80GB-fsdp", 4: "4x80GB-fsdp", 2: "2x141GB-fsdp", 1: "1x141GB"}[args.devices]
+    w = me.Workload(
+        rows_per_device=max(1, config.train.micro_rows),
+        rollout_prompts=config.agents.batch_size,
+        group=config.train.group_size,
+        kl_beta=config.train.kl_beta,
+        stage=args.stage,
+    )
+    return me.estimate(args.size, setup, dataclasses.replace(w, **workload), layers=args.layers)
+
+
+def run(args) -> dict:
+    import jax
+
+    from memr1.models.config import get_size
+    from memr1.rl.grpo import GRPOConfig
+    from memr1.train import mesh as mesh_lib
+    from memr1.train import state
+
+    config = recipe_config(args)
+    t, a = config.train, config.agents
+    cfg = get_size(
+        args.size,
+        n_layers=args.layers,
+        dtype=config.model.dtype,
+        param_dtype=config.model.param_dtype,
+        remat=config.model.remat,
+        attention="einsum",
+    )
+    m = mesh_lib.build_mesh(
+        config.mesh.data, config.mesh.fsdp, config.mesh.tensor, model_cfgs=[cfg]
+    )
+    setup, _ = state.create_train_state(
+        m, cfg, state.OptimConfig.from_config(config), materialize=False
+    )
+    n = flops_params(setup.abstract_state.params, cfg)
+    devices = jax.device_count()
+    g, budget = t.group_size, t.max_new_tokens
+    states = t.batch_size * t.oversample
+    (p_range, r_range) = DEFAULT_LENGTHS[args.stage]
+    p_range, r_range = args.prompt_lengths or p_range, args.reply_lengths or r_range
+    rng = np.random.default_rng(args.seed)
+    cap = a.max_prompt_tokens
+    prompt_len = draw_lengths(rng, states, p_range, cap)
+    reply_len = draw_lengths(rng, states * g, r_range, budget)
+    params_abs = decode_params(setup, cfg)
+    rows = [
+        sampler_stage(
+            "rollout", cfg, setup.graphdef, params_abs, n, prompt_len, reply_len,
+            call=a.batch_size, group=g, budget=budget, greedy=False, devices=devices,
+        )
+    ]  # fmt: skip
+    if args.stage == "manager":
+        # One question a sampled bank: answer-stage prompts and replies, cut at the answerer's.
+        ap, ar = DEFAULT_LENGTHS["answer"]
+        q_prompt = draw_lengths(rng, states * g, ap, cap)
+        q_reply = draw_lengths(rng, states * g, ar, a.answer_max_new_tokens)
+        rows.append(
+            sampler_stage(
+                "reward", cfg, setup.graphdef, params_abs, n, q_prompt, q_reply,
+                call=a.batch_size, group=1, budget=a.answer_max_new_tokens, greedy=True,
+                devices=devices,
+            )
+        )  # fmt: skip
+    grpo_cfg = GRPOConfig.from_config(config)
+    modes = ("fixed", "bucketed") if args.widths == "both" else (args.widths,)
+    for mode in modes:
+        batch = update_batch(prompt_len, reply_len, g, budget, mode)
+        row = update_stage(
+            setup, grpo_cfg, n, batch, group=g, devices=devices, memory=not args.no_memory
+        )
+        row["widths"] = mode
+        rows.append(row)
+    for row in rows:
+        if row["stage"] == "update":
+            est = estimate_bytes(
+                args, config, prompt=row["prompt_width"], response=row["reply_width"]
+            )
+            row["estimate_bytes"] = est["resident"] - est["answer_agent"] + est["update"]
+        else:
+            est = estimate_bytes(
+                args, config, prompt=row["prompt_width"], response=row["budget"],
+                group=row["group"],
+            )  # fmt: skip
+            row["estimate_bytes"] = est["rollout"]["total"]
+        xla = row["xla_memory"]
+        row["estimate_over_xla"] = row["estimate_bytes"] / xla["peak"] if xla else None
+    return {
+        "date": datetime.date.today().isoformat(),
+        "machine": args.machine,
+        "devices": devices,
+        "size": args.size,
+        "layers": args.layers,
+        "n_blocks": n[0],
+        "n_head": n[1],
+        "stage": args.stage,
+        "settings": {
+            "states": states,
+            "group": g,
+            "max_new_tokens": budget,
+            "sampler_prompts_per_call": a.batch_size,
+            "n_micro": t.n_micro,
+            "micro_rows": t.micro_rows,
+            "kl_beta": t.kl_beta,
+            "remat": cfg.remat,
+            "prompt_lengths": list(p_range),
+            "reply_lengths": list(r_range),
+            "answer_max_new_tokens": a.answer_max_new_tokens,
+        },
+        "rows": rows,
+    }
+
+
+def format_table(report: dict) -> str:
+    head = (
+        f"{report['size']} x {report['layers']} blocks (N_blocks {report['n_blocks'] / 1e9:.2f}B, "
+        f"N_head {report['n_head'] / 1e9:.2f}B), {report['stage']} stage, "
+        f"{report['devices']} devices, micro_rows {report['settings']['micro_rows']} | per "
+        "device; ratio = compiled / real, per_pos = "
+        "compiled / the real FLOPs of the positions run"
+    )
+    cols = (
+        "stage",
+        "widths",
+        "widths_PxR",
+        "compiled",
+        "real",
+        "ratio",
+        "per_pos",
+        "pad",
+        "xla_GiB",
+        "est_GiB",
+        "est/xla",
+    )
+    lines = [head, " ".join(f"{c:>11}" for c in cols)]
+    for r in report["rows"]:
+        shape = (
+            f"{r['prompt_width']}x{r['reply_width']}"
+            if r["stage"] == "update"
+            else f"{r['prompt_width']}"
+        )
+        xla = r["xla_memory"]
+        cells = (
+            r["stage"],
+            r.get("widths", "-"),
+            shape,
+            f"{r['compiled_flops']:.3g}",
+            f"{r['real_flops']:.3g}",
+            f"{r['compiled_over_real']:.2f}",
+            f"{r['compiled_over_positions']:.2f}" if "pad_frac" in r else "-",
+            f"{r['pad_frac']:.2f}" if "pad_frac" in r else "-",
+            f"{xla['peak'] / 2**30:.2f}" if xla else "-",
+            f"{r['estimate_bytes'] / 2**30:.2f}",
+            f"{r['estimate_over_xla']:.2f}" if r["estimate_over_xla"] else "-",
+        )
+        lines.append(" ".join(f"{c:>11}" for c in cells))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    flag = f"--xla_force_host_platform_device_count={args.devices}"
+    if "jax" not in sys.modules:
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import jax
+
+    if jax.device_count() != args.devices:
+        print(f"bench_pod_step: {jax.device_count()} devices, expected {args.devices} "
+              f"(set XLA_FLAGS={flag} before JAX starts)", file=sys.stderr)  # fmt: skip
+        return 2
+    report = run(args)
+    print(format_table(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
