@@ -201,6 +201,13 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
     (`memr1.train.mesh.micro_batch_count`). Set one of the two, not both.
     `gamma` and `lam` (PPO): the GAE discount and λ over response tokens, 1.0 and 1.0 as in verl
     (the outcome reward on the last token then reaches every token undiscounted).
+    `eval_every` > 0 validates the policy (`memr1.train.validation`: verl's `test_freq` with
+    `val_before_train`) on --val_tuples (RL; greedy, the stage's own reward) or --val_sft_data
+    (SFT: the target loss) before the first step, every `eval_every` steps and after the last;
+    0 = off. `keep_best` names the metric of the best checkpoint, kept beside the last `keep`
+    and loadable as `DIR:best` ("val/em" maximised; a leading "-" minimises, as "-val/loss";
+    "" keeps none). `val_batch_size`: prompts per sampler call of a validation pass (0 = every
+    prompt of the process's share in one call).
     """
     return ml_collections.ConfigDict(
         {
@@ -228,6 +235,9 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
             "sft_length": 2048,
             "checkpoint_every": 50,
             "keep": 3,
+            "eval_every": 0,
+            "keep_best": "-val/loss" if algo == "sft" else "val/em",
+            "val_batch_size": 0,
             "on_nonfinite": "skip",
             "only_turns_with_qa": True,
             "lora_rank": 0,

@@ -97,7 +97,9 @@ def paper_recipe(config: ml_collections.ConfigDict) -> None:
 
     Rollouts at temperature 1.0 of up to 2,048 new tokens after prompts of up to 4,096, 128
     prompts per update at actor lr 1e-6 (critic 1e-5), every device on the FSDP axis, and each
-    block recomputed in the backward pass. `micro_rows` sets the micro-batch from the mesh at
+    block recomputed in the backward pass. Validation every 10 steps (greedy, on the validation
+    split's tuples, conv-30 of LoCoMo: `--val_tuples`; the paper validates on that split but
+    does not say how often). `micro_rows` sets the micro-batch from the mesh at
     run time (`memr1.train.mesh.micro_batch_count`): the paper ran 2 rows per GPU; 1 is the
     setting `tools/memory_estimate.py` finds safe for 7B on 4 and 14B on 8 80-GB devices.
     """
@@ -111,6 +113,7 @@ def paper_recipe(config: ml_collections.ConfigDict) -> None:
         temperature=1.0,
         max_new_tokens=2048,
         micro_rows=1,
+        eval_every=10,
     )
 
 

@@ -26,6 +26,11 @@
 #   MEMR1_BATCH       prompts per update (recipe: 128); MEMR1_GROUP G (default 8)
 #   MEMR1_STEPS       updates per stage; MEMR1_MAX_RESPONSE new tokens per rollout (2048)
 #   MEMR1_TUPLES      an existing tuples folder to use instead of building one
+#   MEMR1_VAL_TUPLES  the same for the validation tuples (default: built from LoCoMo's
+#                     validation split, conv-30, into $MEMR1_RUN_DIR/tuples-validation)
+#   MEMR1_EVAL_EVERY  validate every this many steps, before the first and after the last
+#                     (recipe: 10; 0 = off). Validating keeps each stage's best checkpoint,
+#                     and the later stages then load DIR:best instead of the latest step
 #   MEMR1_TEACHER_HF_DIR  build manager banks with this local teacher model (default: the
 #                     dataset's own observations, no model)
 #   MEMR1_JUDGE_URL / MEMR1_JUDGE_MODEL  an OpenAI-compatible judge for the J score
@@ -70,6 +75,16 @@ done
 need MEMR1_RUN_DIR "the run directory (tuples, checkpoints, results and exports go there)"
 RUN=$MEMR1_RUN_DIR
 TUPLES=${MEMR1_TUPLES:-$RUN/tuples}
+VAL_TUPLES=${MEMR1_VAL_TUPLES:-$RUN/tuples-validation}
+EVAL_EVERY=${MEMR1_EVAL_EVERY:-}
+[[ -z $EVAL_EVERY || $EVAL_EVERY =~ ^[0-9]+$ ]] ||
+  die "MEMR1_EVAL_EVERY=$EVAL_EVERY: expected an integer >= 0"
+# Validation is on unless MEMR1_EVAL_EVERY=0 (the recipe's train.eval_every otherwise). Which
+# step of a trained stage the later stages load: its best validated one, or the latest.
+VALIDATE=1
+if [[ $EVAL_EVERY =~ ^0+$ ]]; then VALIDATE=0; fi
+PICK=""
+if ((VALIDATE)); then PICK=":best"; fi
 ANSWER_RUN=$RUN/answer-$ALGO
 MANAGER_RUN=$RUN/manager-$ALGO
 EVAL_DIR=$RUN/eval-$ALGO
@@ -113,15 +128,18 @@ train_flags() {
 }
 
 # ---- stages -------------------------------------------------------------------------------------
-stage_tuples() {
-  if [[ -n ${MEMR1_TUPLES:-} ]]; then
-    need_path MEMR1_TUPLES "a tuples folder from python -m memr1.tuples"
-    echo "tuples: using $TUPLES"
+# build_tuples SPLIT OUT VAR: the tuples of one split of the config's 1:1:8 split by
+# conversation (train: conv-26, validation: conv-30), unless VAR names an existing folder.
+build_tuples() {
+  local split=$1 out=$2 var=$3
+  if [[ -n ${!var:-} ]]; then
+    need_path "$var" "a tuples folder from python -m memr1.tuples"
+    echo "tuples: using $out"
     return 0
   fi
   # The tool writes into a temporary folder and renames it, so an existing folder is complete.
-  if [[ -d $TUPLES ]]; then
-    echo "tuples: $TUPLES exists, skipped"
+  if [[ -d $out ]]; then
+    echo "tuples: $out exists, skipped"
     return 0
   fi
   need_path MEMR1_LOCOMO "LoCoMo's locomo10.json"
@@ -130,10 +148,14 @@ stage_tuples() {
     need_path MEMR1_TEACHER_HF_DIR "a local HF checkpoint of the teacher manager"
     extra=(--config.tuples.builder=teacher --hf_dir "$MEMR1_TEACHER_HF_DIR")
   fi
-  # Memory-R1's train split: conversation conv-26 of the config's 1:1:8 split by conversation.
   run tuples "$PY" -m memr1.tuples \
     --config "$REPO/configs/memr1.py:backbone=$BACKBONE,dataset=locomo" \
-    --config.data.path="$MEMR1_LOCOMO" --config.data.split=train "${extra[@]}" --out "$TUPLES"
+    --config.data.path="$MEMR1_LOCOMO" --config.data.split="$split" "${extra[@]}" --out "$out"
+}
+
+stage_tuples() {
+  build_tuples train "$TUPLES" MEMR1_TUPLES
+  if ((VALIDATE)); then build_tuples validation "$VAL_TUPLES" MEMR1_VAL_TUPLES; fi
 }
 
 # train STAGE WORKDIR [FLAGS...]: one agent, resumed from its checkpoints, marked DONE at the end.
@@ -149,6 +171,12 @@ train() {
   local text flags
   text=$(train_flags "$stage") # not mapfile < <(...): its failure would go unnoticed
   mapfile -t flags <<<"$text"
+  if ((VALIDATE)); then
+    [[ -d $VAL_TUPLES || $DRY_RUN == 1 ]] ||
+      die "no validation tuples at $VAL_TUPLES: run the tuples stage first (or MEMR1_EVAL_EVERY=0)"
+    flags+=(--val_tuples "$VAL_TUPLES")
+  fi
+  if [[ -n $EVAL_EVERY ]]; then flags+=(--config.train.eval_every="$EVAL_EVERY"); fi
   # shellcheck disable=SC2086  # MEMR1_TRAIN_ARGS is a list of flags
   run "$stage" "$PY" -m memr1.train "${flags[@]}" --hf_dir "$MEMR1_HF_DIR" \
     --tuples "$TUPLES" --workdir "$workdir" "$@" ${MEMR1_TRAIN_ARGS:-}
@@ -163,7 +191,7 @@ stage_manager() {
   # The Answer Agent trained above stays frozen and supplies the manager's reward.
   [[ -f $ANSWER_RUN/DONE || $DRY_RUN == 1 ]] ||
     die "the Answer Agent is not trained yet ($ANSWER_RUN/DONE missing): run the answer stage"
-  train manager "$MANAGER_RUN" --answer_checkpoint "$ANSWER_RUN/checkpoints"
+  train manager "$MANAGER_RUN" --answer_checkpoint "$ANSWER_RUN/checkpoints$PICK"
 }
 
 stage_evaluate() {
@@ -184,8 +212,8 @@ stage_evaluate() {
   run evaluate "$PY" -m memr1.evaluate \
     --config "$REPO/configs/memr1.py:system=memory_r1,dataset=locomo,backbone=$BACKBONE" \
     --config.data.path="$MEMR1_LOCOMO" --config.data.split=test "${judge[@]}" \
-    --hf_dir "$MEMR1_HF_DIR" --manager_checkpoint "$MANAGER_RUN/checkpoints" \
-    --answer_checkpoint "$ANSWER_RUN/checkpoints" --workdir "$EVAL_DIR" ${MEMR1_EVAL_ARGS:-}
+    --hf_dir "$MEMR1_HF_DIR" --manager_checkpoint "$MANAGER_RUN/checkpoints$PICK" \
+    --answer_checkpoint "$ANSWER_RUN/checkpoints$PICK" --workdir "$EVAL_DIR" ${MEMR1_EVAL_ARGS:-}
 }
 
 # tools/export_hf.py reads HF checkpoints and bare Orbax parameter trees, not training
@@ -201,7 +229,7 @@ from memr1.models.hf_io import config_from_hf
 from memr1.models.transformer import abstract_model
 from memr1.train.checkpoint import restore_params
 
-hf_dir, ckpt_dir, out = sys.argv[1:4]
+hf_dir, ckpt_dir, out = sys.argv[1:4]  # ckpt_dir: DIR, DIR:STEP or DIR:best
 cfg = config_from_hf(hf_dir, param_dtype="float32")
 host = jax.sharding.SingleDeviceSharding(jax.devices()[0])
 like = jax.tree.map(
@@ -224,8 +252,8 @@ stage_export() {
     fi
     [[ -f $run_dir/DONE || $DRY_RUN == 1 ]] || die "$run_dir is not finished: train it first"
     # On the host, so that exporting needs no accelerator memory.
-    JAX_PLATFORMS=cpu run export "$PY" -c "$EXPORT_PY" "$MEMR1_HF_DIR" "$run_dir/checkpoints" \
-      "$out"
+    JAX_PLATFORMS=cpu run export "$PY" -c "$EXPORT_PY" "$MEMR1_HF_DIR" \
+      "$run_dir/checkpoints$PICK" "$out"
   done
 }
 

@@ -79,9 +79,11 @@ for arg in "${runs[@]}"; do
 done
 
 export MEMR1_TUPLES=$MEMR1_SWEEP_DIR/tuples
-if [[ ! -d $MEMR1_TUPLES ]]; then
-  # Built through the runner with MEMR1_TUPLES unset, so that it builds rather than reuses.
-  env -u MEMR1_TUPLES MEMR1_RUN_DIR="$MEMR1_SWEEP_DIR" "$RUNNER" tuples
+export MEMR1_VAL_TUPLES=$MEMR1_SWEEP_DIR/tuples-validation
+if [[ ! -d $MEMR1_TUPLES || ! -d $MEMR1_VAL_TUPLES ]]; then
+  # Built through the runner with both unset, so that it builds (what is missing) rather than
+  # reuses; with MEMR1_EVAL_EVERY=0 it builds no validation tuples, and the runs read none.
+  env -u MEMR1_TUPLES -u MEMR1_VAL_TUPLES MEMR1_RUN_DIR="$MEMR1_SWEEP_DIR" "$RUNNER" tuples
 fi
 
 failed=()

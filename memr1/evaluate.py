@@ -9,9 +9,11 @@
       --config.tokenizer_dir synth/tokenizer --manager_checkpoint runs/manager/ckpt \
       --answer_checkpoint runs/answer/ckpt --workdir runs/r1-tiny
 
-Outputs are described in `memr1.env.outputs`. Bad input (a missing file, a malformed
-dataset, an unknown system) ends with one message naming what is wrong and exit code 2, and
-nothing is written.
+A checkpoint flag names a training run's checkpoint directory: DIR (its latest step), DIR:STEP
+or DIR:best (the best validated step, `memr1.train.checkpoint.resolve_checkpoint`); results.json
+records the step each agent was loaded from. Outputs are described in `memr1.env.outputs`.
+Bad input (a missing file, a malformed dataset, an unknown system, a missing checkpoint step or
+best) ends with one message naming what is wrong and exit code 2, and nothing is written.
 """
 
 from __future__ import annotations
@@ -39,21 +41,29 @@ from memr1.models.hf_io import CheckpointError
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/memr1.py", "Experiment config.")
 _HF_DIR = flags.DEFINE_string("hf_dir", None, "Local HF checkpoint of the backbone.")
 _CHECKPOINT = flags.DEFINE_string(
-    "checkpoint", None, "memr1 training checkpoint for both agents (memory_r1 / memory_sft)."
+    "checkpoint",
+    None,
+    "memr1 training checkpoint for both agents (memory_r1 / memory_sft): DIR, DIR:STEP, DIR:best.",
 )
-_MANAGER_CKPT = flags.DEFINE_string("manager_checkpoint", None, "Checkpoint of the manager.")
-_ANSWER_CKPT = flags.DEFINE_string("answer_checkpoint", None, "Checkpoint of the answer agent.")
+_MANAGER_CKPT = flags.DEFINE_string(
+    "manager_checkpoint", None, "Checkpoint of the manager: DIR, DIR:STEP or DIR:best."
+)
+_ANSWER_CKPT = flags.DEFINE_string(
+    "answer_checkpoint", None, "Checkpoint of the answer agent: DIR, DIR:STEP or DIR:best."
+)
 _EMBED_DIR = flags.DEFINE_string("embed_dir", None, "Sentence-encoder dir (default: MiniLM).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an existing non-empty workdir.")
 
 
-def _agent_params(backbone, path):
-    if not path:
-        return None
-    from memr1.train.checkpoint import restore_params
+def _agent_params(backbone, spec):
+    """(parameters, step) of a checkpoint spec (DIR, DIR:STEP, DIR:best), or (None, None)."""
+    if not spec:
+        return None, None
+    from memr1.train.checkpoint import resolve_checkpoint, restore_params
 
-    return restore_params(path, backbone.params)
+    directory, step = resolve_checkpoint(spec)
+    return restore_params(f"{directory}:{step}", backbone.params), step
 
 
 # The local judge's replies: greedy, up to a verdict's length (not an agent of the config).
@@ -132,8 +142,8 @@ def evaluate(config, *, hf_dir, manager_ckpt, answer_ckpt, embed_dir, workdir, o
         attention=config.model.attention,
     )
     trained = config.system in ("memory_r1", "memory_sft")
-    manager_params = _agent_params(backbone, manager_ckpt if trained else None)
-    answer_params = _agent_params(backbone, answer_ckpt if trained else None)
+    manager_params, manager_step = _agent_params(backbone, manager_ckpt if trained else None)
+    answer_params, answer_step = _agent_params(backbone, answer_ckpt if trained else None)
     a = config.agents
 
     def policy(params, name):
@@ -168,6 +178,7 @@ def evaluate(config, *, hf_dir, manager_ckpt, answer_ckpt, embed_dir, workdir, o
         "backbone": backbone.source,
         "manager_checkpoint": manager_ckpt if trained else None,
         "answer_checkpoint": answer_ckpt if trained else None,
+        "checkpoint_steps": {"manager": manager_step, "answer": answer_step},
         "config": config.to_dict(),
     }
     scores = None

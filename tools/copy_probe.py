@@ -32,7 +32,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("seed_dir", type=Path, help="a demo seed folder (work/demo/seed-N)")
     parser.add_argument("--seed", type=int, default=None, help="default: from the folder name")
-    parser.add_argument("--checkpoint", default=None, help="default: SEED_DIR/sft/checkpoints")
+    parser.add_argument(
+        "--checkpoint",
+        default=None,
+        help="DIR, DIR:STEP or DIR:best (default: SEED_DIR/sft/checkpoints)",
+    )
     parser.add_argument("--split", choices=("validation", "test"), default="validation")
     parser.add_argument("--max_rows", type=int, default=200, help="rows per agent")
     parser.add_argument("--quick", action="store_true", help="the folder is a --quick demo's")
@@ -49,7 +53,9 @@ def main(argv=None) -> int:
     except ValueError as e:
         parser.error(str(e))
     checkpoint = args.checkpoint or str(seed_dir / "sft" / "checkpoints")
-    if not Path(checkpoint).is_dir():
+    from memr1.train.checkpoint import split_spec
+
+    if not Path(split_spec(checkpoint)[0]).is_dir():
         parser.error(f"checkpoint {checkpoint}: not a directory (an Orbax train checkpoints dir)")
     config = get_config("quick" if args.quick else None)
     run = SeedRun(config, seed, seed_dir, algo="grpo", log=lambda _: None)

@@ -3,13 +3,15 @@
   python tools/export_hf.py --src DIR --out DIR [--backbone NAME] [--tokenizer_dir DIR]
                             [--dtype bfloat16] [--overwrite]
   python tools/export_hf.py --train_checkpoint RUN/checkpoints --hf_dir BASE --out DIR
+  python tools/export_hf.py --train_checkpoint RUN/checkpoints:best --hf_dir BASE --out DIR
 
 Sources are pluggable (`SOURCES`): an HF checkpoint directory (re-exported, e.g. to change the
 dtype or re-shard), an Orbax checkpoint of memr1's parameter tree (`nnx.to_pure_dict(params)`
 saved with `orbax.checkpoint.StandardCheckpointer`), whose shapes come from `--backbone`, or a
-training run's checkpoint directory (`python -m memr1.train`; its latest step's policy, LoRA
-adapters merged into the weights), whose shapes, config and tokenizer come from the HF
-directory of the backbone it was trained from (`--hf_dir`).
+training run's checkpoint directory (`python -m memr1.train`; the policy of its latest step, of
+`DIR:STEP` or of its best validated step `DIR:best`, LoRA adapters merged into the weights),
+whose shapes, config and tokenizer come from the HF directory of the backbone it was trained
+from (`--hf_dir`).
 Exits 1 with a message naming the file on bad input; an existing output directory is refused
 without --overwrite, and the output appears (by a rename) only once it is complete.
 """
@@ -60,17 +62,15 @@ def _from_train(src: Path, args: argparse.Namespace):
 
     from memr1.models.hf_io import config_from_hf
     from memr1.models.transformer import abstract_model
-    from memr1.train.checkpoint import Checkpointer, restore_params
+    from memr1.train.checkpoint import Checkpointer, resolve_checkpoint, restore_params
 
     if not args.hf_dir:
         raise CheckpointError(
             f"{src}: a training checkpoint needs --hf_dir, the HF directory of its backbone "
             "(for the model config and the tokenizer)"
         )
-    with Checkpointer(src) as ckpt:
-        step = ckpt.latest_step()
-        if step is None:
-            raise CheckpointError(f"{src}: no finalised training checkpoint")
+    directory, step = resolve_checkpoint(src)  # DIR (latest), DIR:STEP or DIR:best
+    with Checkpointer(directory) as ckpt:
         saved = ckpt.param_metadata(step)
     # The weights as trained (float32 master weights, usually), unless told otherwise.
     stored = saved[("embed",)].dtype if ("embed",) in saved else None
@@ -79,7 +79,7 @@ def _from_train(src: Path, args: argparse.Namespace):
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     like = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), abstract)
     try:
-        params = restore_params(src, like)
+        params = restore_params(f"{directory}:{step}", like)
     except (FileNotFoundError, ValueError):
         raise
     except Exception as e:  # orbax raises several types for shape and key mismatches
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         "--train_checkpoint",
         type=Path,
         default=None,
-        help="a training run's checkpoint directory (the source; needs --hf_dir)",
+        help="a training run's checkpoint directory, DIR[:STEP|:best] (the source; needs --hf_dir)",
     )
     parser.add_argument("--hf_dir", type=Path, default=None, help="base HF dir, for --train_*")
     parser.add_argument("--out", type=Path, required=True, help="HF directory to create")
@@ -127,7 +127,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give exactly one of --src and --train_checkpoint")
     try:
         src = args.src or args.train_checkpoint
-        if not src.is_dir():
+        if args.train_checkpoint is not None:
+            from memr1.train.checkpoint import split_spec
+
+            if not Path(split_spec(src)[0]).is_dir():
+                raise CheckpointError(f"{split_spec(src)[0]}: source directory not found")
+        elif not src.is_dir():
             raise CheckpointError(f"{src}: source directory not found")
         if args.train_checkpoint is not None:
             kind = "train"

@@ -4,6 +4,7 @@ experiments/cpu_demo/reward_probe.py.
   python tools/reward_probe.py work/demo/seed-0                  # through the RL Answer Agent
   python tools/reward_probe.py work/demo/seed-0 --answer sft     # through the warm start
   python tools/reward_probe.py work/demo/seed-0 --answer rules   # through a careful rule reader
+  python tools/reward_probe.py work/demo/seed-0 --step best      # the stage's best validated step
   python tools/reward_probe.py work/demo/seed-0 --max_states 100 --out probe.json
 
 On the manager stage's own states (train turns with linked questions), rewards four fixed
@@ -46,6 +47,9 @@ def main(argv=None) -> int:
         help="the frozen Answer Agent: the RL stage's (default), the warm start, or rules",
     )
     parser.add_argument("--algo", choices=("grpo", "ppo"), default="grpo")
+    parser.add_argument(
+        "--step", default=None, help="the answerer's checkpoint step: N or best (default: latest)"
+    )
     parser.add_argument("--max_states", type=int, default=None, help="default: all")
     parser.add_argument("--quick", action="store_true", help="the folder is a --quick demo's")
     parser.add_argument("--out", type=Path, default=None)
@@ -70,7 +74,12 @@ def main(argv=None) -> int:
             parser.error(
                 f"checkpoint {checkpoint}: not a directory (an Orbax train checkpoints dir)"
             )
-        through, answerer = str(checkpoint), checkpoint_answerer(run, str(checkpoint))
+        spec = str(checkpoint) if args.step is None else f"{checkpoint}:{args.step}"
+        try:
+            answerer = checkpoint_answerer(run, spec)
+        except FileNotFoundError as e:  # a step or best the run did not keep
+            parser.error(str(e))
+        through = spec
     result = {"answerer": through, **probe_seed(run, answerer, max_states=args.max_states)}
 
     print(f"reward probe through {through} ({result['states']} manager-stage states)")

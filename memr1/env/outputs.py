@@ -103,6 +103,14 @@ def results_markdown(results: Mapping[str, Any]) -> str:
         f"backbone {results.get('backbone', '?')}; {results['date']}."
     )
     lines = [format_markdown(results["scores"], title=f"Results: {results['system']}"), "", head]
+    steps = results.get("checkpoint_steps") or {}
+    loaded = [
+        f"{agent} agent from {results[f'{agent}_checkpoint']} (step {step})"
+        for agent, step in steps.items()
+        if step is not None
+    ]
+    if loaded:
+        lines.append("Checkpoints: " + "; ".join(loaded) + ".")
     ops = results["operations"]
     lines += ["", "## Memory operations", ""]
     lines.append(f"Manager ops by kind ('invalid': rejected entries): {json.dumps(ops['ops'])}")

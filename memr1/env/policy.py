@@ -192,6 +192,15 @@ class TextPolicy:
                 out.append(samples)
         return out
 
+    def with_batch_size(self, batch_size: int) -> TextPolicy:
+        """The same policy (sharing its sampler, which compiles the new shape once) decoding
+        `batch_size` prompts per sampler call, e.g. a whole validation set in one call."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        clone = self.with_params(self.params)
+        clone.batch_size = int(batch_size)
+        return clone
+
     def with_params(self, params: Any) -> TextPolicy:
         """The same policy (sharing its compiled sampler) with other parameters."""
         clone = object.__new__(TextPolicy)

@@ -23,7 +23,7 @@ from memr1.env.answer_io import extract_final_answer, render_answer_input
 from memr1.env.manager_io import render_manager_input
 from memr1.env.manager_reward import ManagerState, RewardEnv, manager_rewards
 from memr1.env.policy import Completion, SamplingConfig, TextPolicy
-from memr1.eval.metrics import exact_match
+from memr1.eval.metrics import exact_match, token_f1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,22 +62,25 @@ def answer_rollout(
     style: str,
     distill: bool = True,
 ) -> tuple[list[list[Completion]], np.ndarray, dict[str, float]]:
-    """G sampled answers per state, with their exact-match rewards [B, G]."""
+    """G sampled answers per state, with their exact-match rewards [B, G] (stats: their mean EM
+    and token F1, as evaluation scores them; validation reads both at G = 1, greedily)."""
     chats = [answer_messages(s, style=style, distill=distill) for s in states]
     start = time.perf_counter()
     groups = policy.complete(chats, sampling, key=key, num_samples=group_size, params=params)
     sampled = time.perf_counter()
     rewards = np.zeros((len(states), group_size), np.float32)
-    fallbacks = 0
+    fallbacks, f1 = 0, 0.0
     for b, (state, group) in enumerate(zip(states, groups)):
         for g, c in enumerate(group):
             answer, fallback = extract_final_answer(c.text)
             fallbacks += fallback
             rewards[b, g] = exact_match(answer, state.gold)
+            f1 += token_f1(answer, state.gold)
     lengths = [len(c.ids) for group in groups for c in group]
     stats = {
         "reward": float(rewards.mean()),
         "em": float(rewards.mean()),
+        "f1": f1 / rewards.size,
         "no_marker_frac": fallbacks / rewards.size,
         "response_length": float(np.mean(lengths)),
         "truncated_frac": float(np.mean([not c.finished for g in groups for c in g])),

@@ -16,6 +16,14 @@ comes from the Answer Agent of --answer_checkpoint (the backbone's own weights i
 Checkpoints (Orbax) go to WORKDIR/checkpoints and resume automatically; metrics to WORKDIR/logs
 (TensorBoard + metrics.jsonl).
 
+Validation: --config.train.eval_every=K with --val_tuples (tuples of the validation split:
+`python -m memr1.tuples --config.data.split=validation`, or tfds:DATA_DIR:validation) for GRPO /
+PPO, or --val_sft_data (JSONL like --sft_data) for SFT, scores the policy greedily before the
+first step, every K steps and after the last (`val/...` in the logs, `memr1.train.validators`),
+and keeps the best checkpoint by train.keep_best beside the last train.keep. Every checkpoint
+flag (--init_checkpoint, --answer_checkpoint, memr1.evaluate's, tools/export_hf.py) takes DIR
+(its latest step), DIR:STEP or DIR:best.
+
 LoRA: --config.train.lora_rank=8 (with train.lora_alpha, train.lora_module_path) trains qwix
 LoRA adapters on the policy and freezes its base weights (`memr1.train.lora`); the PPO critic is
 still trained whole. Checkpoints of a LoRA run are merged into plain weights wherever they are
@@ -61,10 +69,18 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, log
 _HF_DIR = flags.DEFINE_string("hf_dir", None, "Local HF checkpoint of the backbone.")
 _TUPLES = flags.DEFINE_string("tuples", None, "python -m memr1.tuples output, or tfds:DATA_DIR.")
 _SFT_DATA = flags.DEFINE_string("sft_data", None, "JSONL of {messages, target} for SFT.")
-_INIT = flags.DEFINE_string("init_checkpoint", None, "Start from this run's policy (e.g. SFT).")
-_ANSWER = flags.DEFINE_string(
-    "answer_checkpoint", None, "Frozen Answer Agent for the manager stage's reward."
+_INIT = flags.DEFINE_string(
+    "init_checkpoint", None, "Start from this run's policy (e.g. SFT): DIR, DIR:STEP or DIR:best."
 )
+_ANSWER = flags.DEFINE_string(
+    "answer_checkpoint",
+    None,
+    "Frozen Answer Agent for the manager stage's reward: DIR, DIR:STEP or DIR:best.",
+)
+_VAL_TUPLES = flags.DEFINE_string(
+    "val_tuples", None, "Validation tuples (data.split=validation), or tfds:DATA_DIR:SPLIT."
+)
+_VAL_SFT = flags.DEFINE_string("val_sft_data", None, "JSONL of {messages, target}: SFT validation.")
 _INJECT = flags.DEFINE_string(
     "inject_nonfinite",
     None,
@@ -181,7 +197,7 @@ def _base_params(params):
     return lora.base_part(params) if lora.has_adapters(params) else params
 
 
-def check_settings(config, *, sft_data, tuples) -> None:
+def check_settings(config, *, sft_data, tuples, val_tuples=None, val_sft_data=None) -> None:
     """Refuses settings that cannot work, before a model is loaded or compiled."""
     t = config.train
     mesh.resolve_micro_batches(config)
@@ -213,9 +229,88 @@ def check_settings(config, *, sft_data, tuples) -> None:
     grpo.GRPOConfig.from_config(config)
     if config.algo != "sft":
         ppo.PPOConfig.from_config(config)
+    check_validation(config, tuples=tuples, val_tuples=val_tuples, val_sft_data=val_sft_data)
 
 
-def rl_states(config, models: Models, policy, tuples) -> tuple[list, Callable]:
+def check_validation(config, *, tuples, val_tuples, val_sft_data) -> None:
+    """Refuses a validation set without train.eval_every (it would be ignored), the reverse,
+    the other kind's set, and the training tuples themselves."""
+    every, sft_run = config.train.eval_every, config.algo == "sft"
+    flag, given = ("--val_sft_data", val_sft_data) if sft_run else ("--val_tuples", val_tuples)
+    other, stray = ("--val_tuples", val_tuples) if sft_run else ("--val_sft_data", val_sft_data)
+    if stray:
+        raise ValueError(f"{other} is not read by algo={config.algo}; give {flag}")
+    if given and not every:
+        raise ValueError(f"{flag} given but config train.eval_every=0: it would be ignored")
+    if every and not given:
+        raise ValueError(f"config train.eval_every={every} needs a validation set: give {flag}")
+    if val_tuples and tuples and Path(val_tuples) == Path(tuples):
+        raise ValueError(f"--val_tuples {val_tuples} are the training tuples (--tuples)")
+
+
+def read_val_records(config, val_tuples: str | None) -> list:
+    """The stage's validation tuples, read (and checked) before any model is loaded.
+
+    Raises a ValueError (memr1.data.errors.DataError) naming the file for a malformed or
+    missing folder or split, or tuples built from the train split, and for an empty set.
+    """
+    if config.algo == "sft" or not config.train.eval_every:
+        return []
+    from memr1.tuples.io import read_metadata, read_tuples
+
+    if not str(val_tuples).startswith("tfds:"):
+        split = read_metadata(val_tuples).get("build", {}).get("split")
+        if split == "train":
+            raise ValueError(
+                f"--val_tuples {val_tuples}: built from the train split; build them with "
+                "python -m memr1.tuples --config.data.split=validation"
+            )
+    records = read_tuples(val_tuples, config.stage)
+    if config.stage == "manager":
+        records = [r for r in records if r.has_qa]
+    if not records:
+        raise ValueError(f"--val_tuples {val_tuples}: no {config.stage} tuples to validate on")
+    return records
+
+
+def reward_env(config, models: Models) -> RewardEnv:
+    """The manager stage's reward: the frozen Answer Agent reading banks as evaluation does."""
+    from memr1.embed import Encoder
+
+    answerer = load.make_policy(
+        models.answer_backbone,
+        # Each process answers over its own states' banks, on its own devices.
+        multihost.local_replica(models.answerer),
+        batch_size=config.agents.batch_size,
+        max_prompt_tokens=config.agents.max_prompt_tokens,
+        name="frozen answerer",
+    )
+    return RewardEnv(
+        answerer=answerer,
+        embed=Encoder.from_dir().encode,
+        answer=AnswerConfig.from_config(config),
+        bank=BankSpec.from_config(config),
+    )
+
+
+def make_validate(config, models: Models, policy, records, env=None):
+    """The RL stage's `validate(params, step)` over validation tuples (None without them)."""
+    from memr1.train import validators
+
+    if not records:
+        return None
+    t = config.train
+    kw = dict(max_new_tokens=t.max_new_tokens, style=config.agents.style, rows=t.val_batch_size)
+    if config.stage == "answer":
+        states = [rollout.answer_state_from_tuple(x) for x in records]
+        distill = config.agents.distill
+        return validators.answer_validator(policy, states, distill=distill, seed=config.seed, **kw)
+    states = [rollout.manager_state_from_tuple(x) for x in records]
+    env = env or reward_env(config, models)
+    return validators.manager_validator(policy, states, env, seed=config.seed, **kw)
+
+
+def rl_states(config, models: Models, policy, tuples, env=None) -> tuple[list, Callable]:
     """The stage's RL states from `tuples` and `rollout(params, states, key)` that samples and
     scores them: exact match for the answer stage, exact match through the frozen Answer Agent
     (answering as evaluation does, `memr1.env.manager_reward`) for the manager stage."""
@@ -236,26 +331,11 @@ def rl_states(config, models: Models, policy, tuples) -> tuple[list, Callable]:
             )
 
         return states, do_rollout
-    from memr1.embed import Encoder
-
     records = read_tuples(tuples, "manager")
     if t.only_turns_with_qa:
         records = [r for r in records if r.has_qa]
     states = [rollout.manager_state_from_tuple(x) for x in records]
-    answerer = load.make_policy(
-        models.answer_backbone,
-        # Each process answers over its own states' banks, on its own devices.
-        multihost.local_replica(models.answerer),
-        batch_size=config.agents.batch_size,
-        max_prompt_tokens=config.agents.max_prompt_tokens,
-        name="frozen answerer",
-    )
-    env = RewardEnv(
-        answerer=answerer,
-        embed=Encoder.from_dir().encode,
-        answer=AnswerConfig.from_config(config),
-        bank=BankSpec.from_config(config),
-    )
+    env = env or reward_env(config, models)
 
     def do_rollout(params, batch_states, key):
         return rollout.manager_rollout(policy, params, batch_states, key=key, env=env, **kw)
@@ -273,12 +353,17 @@ def train(
     init_checkpoint,
     answer_checkpoint,
     inject_nonfinite=(),
+    val_tuples=None,
+    val_sft_data=None,
 ):
     # -- setup ------------------------------------------------------------------------------
     mesh.maybe_initialize_distributed()
     t = config.train
-    check_settings(config, sft_data=sft_data, tuples=tuples)
+    check_settings(
+        config, sft_data=sft_data, tuples=tuples, val_tuples=val_tuples, val_sft_data=val_sft_data
+    )
     loop_cfg = loop.LoopConfig.from_config(config)
+    val_records = read_val_records(config, val_tuples)
     wrap_step = faults.wrapper(inject_nonfinite)
     models = prepare_models(
         config,
@@ -297,7 +382,10 @@ def train(
     workdir = Path(workdir)
     with (
         Checkpointer(
-            workdir / "checkpoints", keep=t.keep, metadata=lora.checkpoint_metadata(models.lora)
+            workdir / "checkpoints",
+            keep=t.keep,
+            keep_best=bool(t.eval_every and t.keep_best),
+            metadata=lora.checkpoint_metadata(models.lora),
         ) as ckpt,
         MetricsWriter(workdir / "logs") as writer,
     ):
@@ -307,9 +395,24 @@ def train(
             pairs = sft.read_sft_pairs(sft_data, policy)
             sft_cfg = sft.SFTConfig.from_config(config)
             step_fn = wrap_step(lambda hook: sft.make_sft_step(setup, sft_cfg, before_guard=hook))
-            return loop.run_sft(setup, st, step_fn, pairs, length=t.sft_length, **run)
+            validate = None
+            if val_sft_data:
+                from memr1.train.validators import sft_validator
+
+                validate = sft_validator(
+                    setup,
+                    sft.read_sft_pairs(val_sft_data, policy),
+                    batch_size=t.batch_size,
+                    length=t.sft_length,
+                    pad_id=backbone.pad_id,
+                )
+            return loop.run_sft(
+                setup, st, step_fn, pairs, length=t.sft_length, validate=validate, **run
+            )
         # -- RL data and rollout ---------------------------------------------------------------
-        states, do_rollout = rl_states(config, models, policy, tuples)
+        env = reward_env(config, models) if config.stage == "manager" else None
+        states, do_rollout = rl_states(config, models, policy, tuples, env=env)
+        validate = make_validate(config, models, policy, val_records, env=env)
         if not states:
             raise ValueError(f"{tuples}: no {config.stage} tuples to train on")
         # -- update ------------------------------------------------------------------------------
@@ -323,7 +426,14 @@ def train(
             wrap_step=wrap_step,
         )
         return loop.run_rl(
-            setup, st, update, states, do_rollout, response_width=t.max_new_tokens, **run
+            setup,
+            st,
+            update,
+            states,
+            do_rollout,
+            response_width=t.max_new_tokens,
+            validate=validate,
+            **run,
         )
 
 
@@ -344,6 +454,8 @@ def main(argv):
             init_checkpoint=_INIT.value,
             answer_checkpoint=_ANSWER.value,
             inject_nonfinite=parse_faults(_INJECT.value),
+            val_tuples=_VAL_TUPLES.value,
+            val_sft_data=_VAL_SFT.value,
         )
     except NonFiniteError as err:
         with Checkpointer(Path(_WORKDIR.value) / "checkpoints") as ckpt:

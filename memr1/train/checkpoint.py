@@ -14,6 +14,15 @@ rename mode also writes `commit_success.txt` before renaming, but treats any dir
 bare step number as final; we additionally require the marker, so a step directory copied in by
 hand and cut short (rsync, a full disk) is skipped as well.
 
+The best checkpoint (`keep_best=True`): the loop's validation names a best step in the data
+position it saves (`"best": {"step", "value", "metric"}`, `memr1.train.validation`), and that
+step is kept beside the last `keep` ones, so a run's best weights stay loadable however long it
+trains after them; the record travels in every later step's position, so a resumed run continues
+it. (Orbax's own BestN policy ranks by metrics that this Orbax version writes only under the
+legacy `best_fn` option, which then keeps the N best instead of the last N; hence the pruning
+here.) Every reader names a checkpoint as `DIR` (the latest step), `DIR:STEP` or `DIR:best`
+(`resolve_checkpoint`).
+
 Saving is synchronous by default: the state is on disk when `save` returns, which keeps runs
 deterministic and simple to reason about. `async_save=True` lets training continue while the
 arrays are written (call `wait()` before exiting).
@@ -32,25 +41,35 @@ from memr1.train import lora
 from memr1.train.state import TrainState
 
 COMMIT_MARKER = "commit_success.txt"  # written by Orbax as the last file of a step
+BEST = "best"  # the step name of the best checkpoint in `DIR:best`
+
+
+class CheckpointNotFoundError(FileNotFoundError):
+    """A named checkpoint (a step, "best", or any) is not in its directory."""
 
 
 class Checkpointer:
-    """Keeps the last `keep` checkpoints of a run directory and restores the latest one."""
+    """Keeps the last `keep` checkpoints of a run directory (and, with `keep_best`, the best one)
+    and restores the latest one."""
 
     def __init__(
         self,
         directory: str | os.PathLike,
         *,
         keep: int = 3,
+        keep_best: bool = False,
         async_save: bool = False,
         metadata: Mapping[str, Any] | None = None,
     ):
         """`metadata`: JSON-serialisable settings saved with every step (e.g. the LoRA rank and
-        alpha, which a reader needs to merge the adapters); see `step_metadata`."""
+        alpha, which a reader needs to merge the adapters); see `step_metadata`. `keep_best`:
+        also keep the step that the saved data position names as `"best"` (module docstring)."""
         self.directory = os.path.abspath(os.fspath(directory))
         self._metadata = dict(metadata) if metadata else None
+        self._keep, self._keep_best = keep, keep_best
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep,
+            # Under keep_best the pruning is ours (`_prune`): Orbax would delete the best step.
+            max_to_keep=None if keep_best else keep,
             enable_async_checkpointing=async_save,
             create=True,
         )
@@ -69,7 +88,31 @@ class Checkpointer:
             state=ocp.args.PyTreeSave(state),
             data=ocp.args.JsonSave(dict(data_position)),
         )
-        return self._manager.save(int(step), args=args, force=force, custom_metadata=self._metadata)
+        saved = self._manager.save(
+            int(step), args=args, force=force, custom_metadata=self._metadata
+        )
+        if saved and self._keep_best:
+            self._prune(data_position.get(BEST))
+        return saved
+
+    def _prune(self, best: Mapping[str, Any] | None) -> None:
+        """Deletes the finalised steps that are neither among the last `keep` nor the best."""
+        steps = self.all_steps()
+        kept = set(steps[-self._keep :]) | ({int(best["step"])} if best else set())
+        for step in steps:
+            if step not in kept:
+                self._manager.delete(step)
+
+    def position(self, step: int) -> dict[str, Any]:
+        """The data position saved with `step` (no arrays are read)."""
+        args = ocp.args.Composite(data=ocp.args.JsonRestore())
+        return dict(self._manager.restore(int(step), args=args)["data"])
+
+    def best_record(self) -> dict[str, Any] | None:
+        """The best record ({"step", "value", "metric"}) of the latest step's position, or None
+        when the run kept no best (no validation, or train.keep_best unset)."""
+        step = self.latest_step()
+        return None if step is None else self.position(step).get(BEST)
 
     def all_steps(self) -> list[int]:
         """Finalised steps, oldest first (temporary or marker-less step directories excluded)."""
@@ -183,23 +226,68 @@ def _with_shardings(abstract: Any, shardings: Any) -> Any:
     )
 
 
-def restore_params(directory: str | os.PathLike, params_like: Any) -> Any:
-    """The policy parameters of the latest checkpoint in `directory`, shaped and placed like
-    `params_like` (arrays or ShapeDtypeStructs carrying shardings), e.g. for evaluation.
+def split_spec(spec: str | os.PathLike) -> tuple[str, str | None]:
+    """(directory, step name) of a checkpoint spec: `DIR:best`, `DIR:STEP` or `DIR` (None: the
+    latest). A suffix that is neither a step number nor "best" belongs to the directory."""
+    text = os.fspath(spec)
+    head, sep, tail = text.rpartition(":")
+    if sep and head and (tail == BEST or tail.isdigit()):
+        return head, tail
+    return text, None
+
+
+def resolve_checkpoint(spec: str | os.PathLike) -> tuple[str, int]:
+    """(directory, step) of a checkpoint spec (`split_spec`): the one resolver every reader
+    uses (memr1.train's --init_checkpoint / --answer_checkpoint, memr1.evaluate, export_hf, the
+    demo).
+
+    Raises:
+      FileNotFoundError: the directory does not exist.
+      CheckpointNotFoundError: it holds no finalised step, not the named one, or no best record
+        (a run without validation or train.keep_best).
+    """
+    directory, name = split_spec(spec)
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"{directory}: checkpoint directory does not exist")
+    with Checkpointer(directory) as ckpt:
+        steps = ckpt.all_steps()
+        if not steps:
+            raise CheckpointNotFoundError(f"{directory}: no finalised checkpoint to restore")
+        if name is None:
+            return directory, steps[-1]
+        if name == BEST:
+            best = ckpt.best_record()
+            if best is None:
+                raise CheckpointNotFoundError(
+                    f"{directory}:best: the run recorded no best checkpoint (it validated "
+                    "nothing: train.eval_every=0 or train.keep_best empty); name a step "
+                    f"({steps}) or the latest (the bare directory)"
+                )
+            step = int(best["step"])
+        else:
+            step = int(name)
+        if step not in steps:
+            raise CheckpointNotFoundError(
+                f"{directory}:{name}: step {step} is not a finalised checkpoint there "
+                f"(steps: {steps})"
+            )
+    return directory, step
+
+
+def restore_params(spec: str | os.PathLike, params_like: Any) -> Any:
+    """The policy parameters of a checkpoint (`DIR` latest, `DIR:STEP` or `DIR:best`: see
+    `resolve_checkpoint`), shaped and placed like `params_like` (arrays or ShapeDtypeStructs
+    carrying shardings), e.g. for evaluation.
 
     A checkpoint of a LoRA run (`memr1.train.lora`) is returned merged: its adapters are folded
     into the base weights (W + alpha/rank·A·B), so `params_like` is the plain model's state.
 
-    Raises FileNotFoundError (naming the directory) when it does not exist or holds no finalised
-    checkpoint; an existing directory is never created or modified.
+    Raises FileNotFoundError (naming the directory) when it does not exist, and
+    CheckpointNotFoundError when it holds no finalised checkpoint or not the named one; an
+    existing directory is never created or modified.
     """
-    directory = os.fspath(directory)
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(f"{directory}: checkpoint directory does not exist")
+    directory, step = resolve_checkpoint(spec)
     with Checkpointer(directory) as ckpt:
-        step = ckpt.latest_step()
-        if step is None:
-            raise FileNotFoundError(f"{directory}: no finalised checkpoint to restore")
         saved = ckpt.param_metadata(step)
         adapters = [p for p in saved if lora.is_lora_path(p)]
         if not adapters:

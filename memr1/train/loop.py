@@ -1,6 +1,6 @@
 """The training loops: SFT on (prompt, target) pairs, and GRPO / PPO on rollouts of a stage.
 
-Plain code with sections (data / rollout / update / log / checkpoint) rather than a Trainer.
+Plain code with sections (data / rollout / update / eval / checkpoint) rather than a Trainer.
 Which examples a step sees is a pure function of (seed, step), so a run killed at any moment and
 resumed from its last checkpoint replays exactly the steps it had not saved. Its metrics.jsonl
 then reads as if it had never stopped: every metric of a checkpointed step is written before the
@@ -12,6 +12,10 @@ response tokens its update processed, over that time); a GRPO/PPO step's rollout
 `time_sample_s` + `time_reward_s`. Such wall-clock fields are named so that
 `metrics_log.is_wall_clock` recognises them: a `time/` or `perf/` section, or a `time_` name;
 comparisons of two runs' logs (the fault drill, the resume tests) skip exactly those.
+
+Validation (`validate`, with `train.eval_every` > 0: `memr1.train.validation`) runs before the
+first step and after every `eval_every`-th and the last; a step that is the best so far by
+`train.keep_best` is checkpointed then, whatever `checkpoint_every` says.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from memr1.train import batches, multihost, steps
+from memr1.train import batches, multihost, steps, validation
 from memr1.train.checkpoint import Checkpointer
 from memr1.train.metrics_log import (
     LaggedMetrics,
@@ -63,6 +67,8 @@ class LoopConfig:
     n_micro: int
     oversample: int
     desc: str
+    eval_every: int  # validate every this many steps (and before the first, and after the last)
+    keep_best: str  # the validation metric of the best checkpoint ("-" prefix: minimised)
 
     def __post_init__(self):
         # Checked here so that a bad setting fails before any model is loaded or compiled.
@@ -77,6 +83,11 @@ class LoopConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or int(value) != value or value < 1:
                 raise ValueError(f"train.{name}={value!r}: must be an integer >= 1")
+        if isinstance(self.eval_every, bool) or int(self.eval_every) != self.eval_every:
+            raise ValueError(f"train.eval_every={self.eval_every!r}: must be an integer >= 0")
+        if self.eval_every < 0:
+            raise ValueError(f"train.eval_every={self.eval_every!r}: must be an integer >= 0")
+        validation.parse_keep_best(self.keep_best)
         if self.on_nonfinite not in ("skip", "stop"):
             raise ValueError(f"train.on_nonfinite={self.on_nonfinite!r}: expected 'skip' or 'stop'")
 
@@ -95,6 +106,8 @@ class LoopConfig:
             n_micro=t.n_micro,
             oversample=t.oversample,
             desc=f"{config.stage}/{config.algo}",
+            eval_every=t.eval_every,
+            keep_best=t.keep_best,
         )
 
 
@@ -131,20 +144,59 @@ def _log(ready, writer, bar, cfg) -> None:
     check_finite(*ready, on_nonfinite=cfg.on_nonfinite)
 
 
-def _finish_step(step, metrics, lag, writer, bar, cfg, checkpointer, state, timing) -> None:
+def _finish_step(
+    step, metrics, lag, writer, bar, cfg, checkpointer, state, timing, val=None
+) -> None:
     started, tokens = timing
     ready = lag.push(step, metrics, started=started, tokens=tokens)
     if ready is not None:
         _log(ready, writer, bar, cfg)
     done = step + 1
-    if checkpointer is not None and (done % cfg.checkpoint_every == 0 or done == cfg.steps):
+    # -- eval -----------------------------------------------------------------------------------
+    best = False
+    if val is not None and val.due(done):
+        # Validation waits for this step's state anyway: its own record is logged first.
+        _flush(lag, writer, bar, cfg)
+        _, best = val.run(done, state)
+    # -- checkpoint -----------------------------------------------------------------------------
+    if checkpointer is not None and (done % cfg.checkpoint_every == 0 or done == cfg.steps or best):
         # The save waits for this step's state anyway, so reading its metrics now costs no
         # device time. It makes every step a checkpoint covers logged (and NaN-checked) before
         # the checkpoint exists: a refused update under "stop" is never saved.
-        ready = lag.flush()
-        if ready is not None:
-            _log(ready, writer, bar, cfg)
-        checkpointer.save(done, state, {"next_step": done})
+        _flush(lag, writer, bar, cfg)
+        position = {"next_step": done, **(val.position() if val is not None else {})}
+        checkpointer.save(done, state, position)
+
+
+def _start_validation(validate, params_of, cfg, checkpointer, writer, start):
+    """The run's `validation.Validation` (None when off), continuing the record of the
+    checkpoint it resumed from; drops the log records the resumed run will write again (a
+    validation at its first step was logged before that checkpoint, so it stays)."""
+    val = None
+    if validate is not None and cfg.eval_every > 0:
+        latest = checkpointer.latest_step() if checkpointer is not None else None
+        position = checkpointer.position(latest) if latest is not None else {}
+        val = validation.Validation(
+            validate,
+            params_of,
+            every=cfg.eval_every,
+            steps=cfg.steps,
+            keep_best=cfg.keep_best,
+            writer=writer,
+            position=position,
+        )
+    if writer is not None:
+        writer.drop_from(start, keep_validation=val is not None and val.validated == start)
+    return val
+
+
+def _validate_start(val, start, state, checkpointer) -> None:
+    """Scores the start weights (step 0: the reference); checkpointed, being the best so far."""
+    if val is None or start != 0 or val.validated == 0:
+        return
+    _, best = val.run(0, state)
+    if best and checkpointer is not None:
+        checkpointer.save(0, state, {"next_step": 0, **val.position()})
 
 
 _SHOWN = ("loss", "reward", "kl", "zero_signal_frac")
@@ -176,11 +228,15 @@ def run_sft(
     pad_id: int,
     checkpointer: Checkpointer | None = None,
     writer: MetricsWriter | None = None,
+    validate: validation.Validate | None = None,
 ) -> TrainState:
-    """SFT over (prompt ids, target ids) pairs for `cfg.steps` steps."""
+    """SFT over (prompt ids, target ids) pairs for `cfg.steps` steps.
+
+    `validate(params, step)` (with `cfg.eval_every` > 0) gets the train state's parameters."""
     state, start = resume(checkpointer, setup, state)
-    if writer is not None:
-        writer.drop_from(start)
+    val = _start_validation(validate, lambda s: s.params, cfg, checkpointer, writer, start)
+    # -- eval: the start weights ----------------------------------------------------------------
+    _validate_start(val, start, state, checkpointer)
     lag = LaggedMetrics()
     bar = progress(range(start, cfg.steps), total=cfg.steps, initial=start, desc=cfg.desc)
     for step in bar:
@@ -196,7 +252,7 @@ def run_sft(
         # -- update -------------------------------------------------------------------------
         state, metrics = step_fn(state, shard_batch(setup, batch))
         timing = (started, sum(multihost.gather(int(np.sum(batch["valid"])))))
-        _finish_step(step, metrics, lag, writer, bar, cfg, checkpointer, state, timing)
+        _finish_step(step, metrics, lag, writer, bar, cfg, checkpointer, state, timing, val)
     _flush(lag, writer, bar, cfg)
     return state
 
@@ -262,6 +318,7 @@ def run_rl(
     pad_id: int,
     checkpointer: Checkpointer | None = None,
     writer: MetricsWriter | None = None,
+    validate: validation.Validate | None = None,
 ) -> TrainState:
     """GRPO or PPO: each step samples G outputs for `batch_size` states, scores, and updates.
 
@@ -277,10 +334,14 @@ def run_rl(
     `make_rl_update`. `response_width` is the rollout's budget (`train.max_new_tokens`), not
     the batch's width: each step's rows are as wide as its own longest prompt and reply
     (`batches.rollout_rows`), and the update logs the share of padding as `pad_frac`.
+    `validate(params, step)` (with `cfg.eval_every` > 0) gets the same process-local replica
+    of the weights a rollout gets.
     """
     state, start = resume(checkpointer, setup, state)
-    if writer is not None:
-        writer.drop_from(start)
+    replica = lambda s: multihost.rollout_replica(s.params, setup.model_cfg)
+    val = _start_validation(validate, replica, cfg, checkpointer, writer, start)
+    # -- eval: the start weights ----------------------------------------------------------------
+    _validate_start(val, start, state, checkpointer)
     lag = LaggedMetrics()
     multihost.check_batch_axes(setup.mesh)
     devices = setup.mesh.shape["data"] * setup.mesh.shape["fsdp"]
@@ -313,7 +374,7 @@ def run_rl(
         state, metrics = update(state, batch)
         metrics = {**metrics, **stats}
         timing = (started, sum(multihost.gather(int(np.sum(batch["valid"])))))
-        _finish_step(step, metrics, lag, writer, bar, cfg, checkpointer, state, timing)
+        _finish_step(step, metrics, lag, writer, bar, cfg, checkpointer, state, timing, val)
     _flush(lag, writer, bar, cfg)
     return state
 

@@ -160,13 +160,16 @@ class MetricsWriter:
         self._jsonl = open(self._path, "a", encoding="utf-8")
         self._tb = SummaryWriter(self.logdir) if tensorboard else None
 
-    def drop_from(self, step: int) -> int:
+    def drop_from(self, step: int, *, keep_validation: bool = False) -> int:
         """Removes the JSONL records of steps >= `step`; returns how many lines went.
 
         A resumed run calls this with its first step: the records a killed process wrote after
         its last checkpoint are about to be written again, and a process killed mid-write can
         leave a torn last line, which is dropped too. The file is replaced atomically, so a kill
-        during the rewrite leaves either the old or the new file.
+        during the rewrite leaves either the old or the new file. `keep_validation` keeps the
+        validation records (`val/...` fields) of step `step` itself: a resumed run does not
+        validate its first step again when the checkpoint it resumed from came after that
+        validation (`memr1.train.validation`).
         """
         if not self.active:
             return 0
@@ -175,7 +178,10 @@ class MetricsWriter:
         with open(self._path, encoding="utf-8", errors="replace") as f:
             for line in f:
                 try:
-                    keep = line.endswith("\n") and int(json.loads(line)["step"]) < step
+                    record = json.loads(line)
+                    at = int(record["step"])
+                    validated = keep_validation and at == step and _is_validation(record)
+                    keep = line.endswith("\n") and (at < step or validated)
                 except (ValueError, KeyError, TypeError):
                     keep = False
                 if keep:
@@ -214,6 +220,10 @@ class MetricsWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _is_validation(record: Mapping[str, Any]) -> bool:
+    return any(key.startswith("val/") for key in record)
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:

@@ -69,7 +69,8 @@ def test_every_stage_of_the_gpu_script_runs_with_its_own_flags(tmp_path):
         "--config.agents.manager_max_new_tokens=12 --config.memory.retriever=exact_numpy",
     }
     commands = _printed_commands(env)
-    assert len(commands) == 6  # tuples, answer, manager, evaluate, and the export of two agents
+    # The train and validation tuples, answer, manager, evaluate, and the export of two agents.
+    assert len(commands) == 7
     run_env = {
         **env,
         "JAX_PLATFORMS": "cpu",
@@ -89,13 +90,17 @@ def test_every_stage_of_the_gpu_script_runs_with_its_own_flags(tmp_path):
             .split("\n")
             if line
         ]
-        assert [r["step"] for r in records] == [0, 1]
-        assert all(r["train/update_refused"] == 0.0 for r in records)
-    manager = json.loads(
-        (run_dir / "manager-grpo" / "logs" / "metrics.jsonl").read_text().split("\n")[0]
-    )
+        train = [r for r in records if "train/loss" in r]
+        assert [r["step"] for r in train] == [0, 1]
+        assert all(r["train/update_refused"] == 0.0 for r in train)
+        # The recipe validates every 10 steps: before the first step and after the last.
+        assert [r["step"] for r in records if "val/em" in r] == [0, 2]
+    manager = next(r for r in records if "train/loss" in r)  # the manager stage's first step
     assert "train/answerer_cut_frac" in manager and "train/malformed_frac" in manager
     results = json.loads((run_dir / "eval-grpo" / "results.json").read_text())
     assert results["num_questions"] == 3
+    # The later stages loaded each stage's best validated step.
+    assert results["answer_checkpoint"].endswith("answer-grpo/checkpoints:best")
+    assert set(results["checkpoint_steps"].values()) <= {0, 2}
     for agent in ("answer", "manager"):
         assert (run_dir / "export" / f"{agent}-grpo" / "config.json").is_file()

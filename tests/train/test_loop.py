@@ -200,7 +200,7 @@ def test_oversample_below_one_is_refused():
 def test_loop_config_reads_the_train_section_and_the_seed():
     config = tiny.config("stage=manager,algo=grpo", steps=7, batch_size=3, group_size=5)
     config.train.update(checkpoint_every=2, on_nonfinite="stop", drop_zero_signal=True)
-    config.train.update(n_micro=2, oversample=3)
+    config.train.update(n_micro=2, oversample=3, eval_every=4, keep_best="-val/loss")
     config.seed = 9
     got = dataclasses.asdict(loop.LoopConfig.from_config(config))
     assert got == {
@@ -214,4 +214,6 @@ def test_loop_config_reads_the_train_section_and_the_seed():
         "n_micro": 2,
         "oversample": 3,
         "desc": "manager/grpo",
+        "eval_every": 4,
+        "keep_best": "-val/loss",
     }

@@ -1,0 +1,185 @@
+"""The validation passes of a run: `validate(params, step) -> {"val/...": float}` per stage.
+
+Each scores the current policy on the whole validation set with its stage's own reward path,
+greedily (temperature 0, as the paper decodes for validation and test):
+
+  answer stage   `rollout.answer_rollout` at G = 1 (the reward's path: EM and token F1 of the
+                 text after **Answer:**): val/em, val/f1, val/no_marker_frac,
+                 val/truncated_frac, val/response_length.
+  manager stage  `rollout.manager_rollout` at G = 1 through the run's frozen Answer Agent
+                 (`RewardEnv`, answering as evaluation does): val/em (the stage's reward: the
+                 answerer's mean EM over the bank each reply writes, 0 for a malformed reply),
+                 val/malformed_frac, the op mix val/op_<kind>_frac, val/answerer_cut_frac, ...
+                 Only turns with linked questions are validated (EM needs a question).
+  SFT            the target tokens' mean NLL (`sft.eval_sft_loss`): val/loss.
+
+One sampler call per process per pass (the policy's prompts, then the answerer's questions)
+unless `train.val_batch_size` caps the prompts per call. The key is fixed, so every pass
+decodes the same way and two steps' scores differ only by the weights. Multi-host: process p
+scores its share [p·n/P, (p+1)·n/P) of the n states (it need not split evenly) with its own
+replica of the weights; the shares' sums are gathered and every process returns the same means.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from memr1.env import rollout
+from memr1.env.manager_reward import RewardEnv
+from memr1.env.policy import SamplingConfig, TextPolicy
+from memr1.train import multihost
+from memr1.train.loop import bucket_length
+from memr1.train.sft import eval_sft_loss, sft_batch
+from memr1.train.state import TrainSetup
+from memr1.train.update import shard_batch
+from memr1.train.validation import PREFIX, Validate
+
+GREEDY = 0.0  # the validation temperature
+
+
+def greedy(max_new_tokens: int) -> SamplingConfig:
+    return SamplingConfig(temperature=GREEDY, max_new_tokens=max_new_tokens)
+
+
+def process_share(n: int, *, index: int | None = None, count: int | None = None) -> slice:
+    """This process's contiguous share [p·n/P, (p+1)·n/P) of n items (uneven shares allowed)."""
+    index = jax.process_index() if index is None else index
+    count = jax.process_count() if count is None else count
+    return slice(index * n // count, (index + 1) * n // count)
+
+
+def _rows(n: int, cap: int) -> int:
+    """Prompts per sampler call: all n (or `cap`), rounded up to the local devices' count."""
+    rows = max(1, min(n, cap) if cap > 0 else n)
+    per = jax.local_device_count()
+    return -(-rows // per) * per
+
+
+def combine(n: int, stats: Mapping[str, float]) -> dict[str, float]:
+    """`val/` means over every process's share from each one's (n, means over its n states);
+    wall-clock fields are dropped (the pass logs its own `time/val_s`). A collective."""
+    sums = {k: float(v) * n for k, v in stats.items() if not k.startswith("time_")}
+    shares = multihost.gather({"n": int(n), "sums": sums})
+    total = sum(s["n"] for s in shares)
+    names = sorted({k for s in shares for k in s["sums"]})
+    return {PREFIX + k: sum(s["sums"].get(k, 0.0) for s in shares) / total for k in names}
+
+
+def answer_validator(
+    policy: TextPolicy,
+    states: Sequence[rollout.AnswerState],
+    *,
+    max_new_tokens: int,
+    style: str,
+    distill: bool,
+    rows: int = 0,
+    seed: int = 0,
+) -> Validate:
+    """The answer stage's pass over `states` (the validation tuples' answer states)."""
+    if not states:
+        raise ValueError("answer-stage validation: no validation states")
+    mine = list(states[process_share(len(states))])
+    local = policy.with_batch_size(_rows(len(mine), rows))
+    key = jax.random.key(seed)
+
+    def validate(params: Any, step: int) -> dict[str, float]:
+        stats = {}
+        if mine:
+            _, _, stats = rollout.answer_rollout(
+                local,
+                params,
+                mine,
+                group_size=1,
+                sampling=greedy(max_new_tokens),
+                key=key,
+                style=style,
+                distill=distill,
+            )
+            stats.pop("reward")  # = em
+        return combine(len(mine), stats)
+
+    return validate
+
+
+def manager_validator(
+    policy: TextPolicy,
+    states: Sequence[Any],
+    env: RewardEnv,
+    *,
+    max_new_tokens: int,
+    style: str,
+    rows: int = 0,
+    seed: int = 0,
+) -> Validate:
+    """The manager stage's pass over `states` (ManagerStates), rewarded through `env`."""
+    states = [s for s in states if s.qa]
+    if not states:
+        raise ValueError("manager-stage validation: no validation turn has a linked question")
+    mine = states[process_share(len(states))]
+    local = policy.with_batch_size(_rows(len(mine), rows))
+    questions = sum(len(s.qa) for s in mine)
+    env = dataclasses.replace(
+        env, answerer=env.answerer.with_batch_size(_rows(max(questions, 1), rows))
+    )
+    key = jax.random.key(seed)
+
+    def validate(params: Any, step: int) -> dict[str, float]:
+        stats = {}
+        if mine:
+            _, _, stats = rollout.manager_rollout(
+                local,
+                params,
+                mine,
+                group_size=1,
+                sampling=greedy(max_new_tokens),
+                key=key,
+                style=style,
+                env=env,
+            )
+            stats["em"] = stats.pop("reward")
+        return combine(len(mine), stats)
+
+    return validate
+
+
+def sft_validator(
+    setup: TrainSetup,
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+    *,
+    batch_size: int,
+    length: int,
+    pad_id: int,
+    chunk: int = 128,
+) -> Validate:
+    """The mean NLL per target token of every validation pair (batches of `batch_size` pairs
+    over the mesh, as SFT steps are; a short last batch is padded with empty rows)."""
+    if not pairs:
+        raise ValueError("SFT validation: no validation pairs")
+
+    @jax.jit
+    def nll(params, batch):
+        n = (batch["loss_mask"] & batch["valid"]).astype(jnp.float32).sum()
+        return eval_sft_loss(setup, params, batch, chunk) * n, n
+
+    def validate(params: Any, step: int) -> dict[str, float]:
+        total = count = 0.0
+        for start in range(0, len(pairs), batch_size):
+            chunk_pairs = list(pairs[start : start + batch_size])
+            chunk_pairs += [([], [])] * (batch_size - len(chunk_pairs))
+            idx = np.arange(batch_size)[multihost.process_slice(batch_size, "validation pairs")]
+            rows = [chunk_pairs[i] for i in idx]
+            need = max(multihost.gather(max(len(p) + len(t) for p, t in rows)))
+            batch = sft_batch(
+                [p for p, _ in rows], [t for _, t in rows], bucket_length(need, length), pad_id
+            )
+            s, n = nll(params, shard_batch(setup, batch))
+            total, count = total + float(s), count + float(n)
+        return {"val/loss": total / count}
+
+    return validate
