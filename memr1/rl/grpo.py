@@ -203,9 +203,9 @@ def grpo_loss(graphdef: Any, cfg: GRPOConfig) -> Callable:
 
     `loss_fn(diff, mb)` is the clipped surrogate on per-sequence advantages plus β·KL to the
     reference, normalised over the whole batch's response tokens so that micro-batches sum to it.
-    Metrics: pg_loss, kl (β > 0), clip_frac, ratio_mean, approx_kl, entropy, logprob_gap /
-    logprob_gap_abs (with sampler_logp), response_length(_max), n_tokens, pad_frac (the share
-    of the update's positions that are padding).
+    Metrics: pg_loss, kl (β > 0), clip_frac, dual_clip_frac, ratio_mean, approx_kl, entropy,
+    logprob_gap / logprob_gap_abs (with sampler_logp), response_length(_max), n_tokens, pad_frac
+    (the share of the update's positions that are padding).
     """
 
     def loss_factory(batch, frozen, ref_params):

@@ -107,7 +107,11 @@ class Models:
 
     backbone: tokenizer, special ids and shapes; its `params` are None (the weights live only in
       `state`) and its graphdef is the policy's (with LoRA adapters when they are on).
-    setup / state: the policy's train state (`memr1.train.state`).
+    setup / state: the policy's train state (`memr1.train.state`); state is None for a run that
+      resumes (it restores its state into `setup.abstract_state`, and never builds a fresh one
+      beside it).
+    reference: the KL reference (β > 0 RL runs, else None): a compute-dtype copy of the start
+      weights (HF or --init_checkpoint), also when the run resumes.
     answerer: the manager stage's frozen Answer Agent (None for other runs), with
       `answer_backbone` (the plain model's graphdef) to sample it.
     """
@@ -119,9 +123,12 @@ class Models:
     lora: lora.LoraConfig | None
     answerer: Any = None
     answer_backbone: load.Backbone | None = None
+    reference: Any = None
 
 
-def prepare_models(config, *, hf_dir, init_checkpoint=None, answer_checkpoint=None) -> Models:
+def prepare_models(
+    config, *, hf_dir, init_checkpoint=None, answer_checkpoint=None, resuming: bool = False
+) -> Models:
     """Loads the backbone into its shards and builds the train state (and the frozen answerer).
 
     No parameter ever exists whole on one device: the HF weights (or the random initialisation)
@@ -131,6 +138,12 @@ def prepare_models(config, *, hf_dir, init_checkpoint=None, answer_checkpoint=No
     separate model, so its own copy) is restored, or copied from the backbone, into the same
     shardings, in the compute dtype (it is only sampled). A checkpoint from a LoRA run is merged
     into plain weights when it is loaded.
+
+    `resuming`: a checkpoint of this run exists, so only the train state's abstract shapes are
+    built (its state comes from the checkpoint, `loop.resume`): a fresh state beside the restored
+    one would double the state's memory. What must start from the start weights, not the resumed
+    ones, still does: the KL reference (made here from them before they are dropped) and the
+    frozen answerer; the PPO critic, part of the train state, is restored with it.
     """
     lora_cfg = lora.LoraConfig.from_config(config)
     m = mesh.mesh_from_config(config.mesh, [_model_shapes(config, hf_dir)])
@@ -158,20 +171,29 @@ def prepare_models(config, *, hf_dir, init_checkpoint=None, answer_checkpoint=No
         answerer = restore_params(answer_checkpoint, like) if answer_checkpoint else backbone.params
         answerer = state.frozen_copy(answerer, _shardings(like), decode_dtype(model_cfg))
     start, backbone.params = backbone.params, None
-    if init_checkpoint:
+    needs_reference = config.algo != "sft" and config.train.kl_beta > 0
+    # A resumed run reads the start weights only for its reference.
+    if init_checkpoint and (needs_reference or not resuming):
         del start  # freed before the checkpoint's weights arrive
         start = restore_params(init_checkpoint, like)
+    module_fn = None if lora_cfg is None else lora.module_fn(model_cfg, lora_cfg, config.seed)
     setup, st = state.create_train_state(
         m,
         model_cfg,
         state.OptimConfig.from_config(config),
         seed=config.seed,
         params=start,
-        module_fn=None if lora_cfg is None else lora.module_fn(model_cfg, lora_cfg, config.seed),
+        module_fn=module_fn,
         trainable=nnx.Param if lora_cfg is None else nnx.LoRAParam,
         critic_cfg=model_cfg if config.algo == "ppo" else None,
         critic_optim=state.OptimConfig.from_config(config, critic=True),
+        materialize=not resuming,
     )
+    reference = None
+    if needs_reference:
+        first = st.params if st is not None else state.start_params(setup, start, module_fn)
+        reference = state.make_reference(setup, first)
+        del first
     del start
     answer_backbone = None
     if answerer is not None:
@@ -185,6 +207,7 @@ def prepare_models(config, *, hf_dir, init_checkpoint=None, answer_checkpoint=No
         lora=lora_cfg,
         answerer=answerer,
         answer_backbone=answer_backbone,
+        reference=reference,
     )
 
 
@@ -195,6 +218,14 @@ def _shardings(tree):
 def _base_params(params):
     """The plain model's part of a parameter state (without LoRA adapters)."""
     return lora.base_part(params) if lora.has_adapters(params) else params
+
+
+def has_checkpoint(directory: Path) -> bool:
+    """Whether `directory` holds a finalised checkpoint to resume from (creates nothing)."""
+    if not directory.is_dir():
+        return False
+    with Checkpointer(directory) as ckpt:
+        return ckpt.latest_step() is not None
 
 
 def check_settings(config, *, sft_data, tuples, val_tuples=None, val_sft_data=None) -> None:
@@ -370,11 +401,12 @@ def train(
         hf_dir=hf_dir or config.hf_dir,
         init_checkpoint=init_checkpoint,
         answer_checkpoint=answer_checkpoint,
+        resuming=has_checkpoint(Path(workdir) / "checkpoints"),
     )
     backbone, setup, st = models.backbone, models.setup, models.state
     policy = load.make_policy(
         backbone,
-        st.params,
+        None if st is None else st.params,
         batch_size=config.agents.batch_size,
         max_prompt_tokens=config.agents.max_prompt_tokens,
         name=config.stage,
@@ -416,7 +448,7 @@ def train(
         if not states:
             raise ValueError(f"{tuples}: no {config.stage} tuples to train on")
         # -- update ------------------------------------------------------------------------------
-        ref = state.make_reference(setup, st.params) if t.kl_beta > 0 else None
+        ref = models.reference
         update = loop.make_rl_update(
             setup,
             config.algo,

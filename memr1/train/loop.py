@@ -124,12 +124,15 @@ def batch_indices(n: int, batch: int, step: int, seed: int) -> np.ndarray:
     return np.asarray(out)
 
 
-def resume(checkpointer: Checkpointer | None, setup: TrainSetup, state: TrainState):
-    """(state, first step): the latest checkpoint's, or the given state at step 0."""
-    if checkpointer is None:
-        return state, 0
-    restored = checkpointer.restore_latest(setup.abstract_state)
+def resume(checkpointer: Checkpointer | None, setup: TrainSetup, state: TrainState | None):
+    """(state, first step): the latest checkpoint's, or the given state at step 0. `state` is
+    None when the caller built none because a checkpoint exists (no fresh state beside the
+    restored one); it is then an error if there is none to restore."""
+    restored = None if checkpointer is None else checkpointer.restore_latest(setup.abstract_state)
     if restored is None:
+        if state is None:
+            where = "no checkpointer" if checkpointer is None else checkpointer.directory
+            raise ValueError(f"nothing to resume from ({where}) and no fresh train state given")
         return state, 0
     restored_state, position = restored
     return restored_state, int(position["next_step"])

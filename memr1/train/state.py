@@ -387,6 +387,20 @@ def make_reference(setup: TrainSetup, params: nnx.State, dtype: str | None = Non
     return frozen_copy(params, setup.param_shardings, dtype)
 
 
+def start_params(
+    setup: TrainSetup, params: nnx.State, module_fn: Callable[[], nnx.Module] | None = None
+) -> nnx.State:
+    """The policy parameters a fresh train state would start from, without building the state:
+    `params` (the start weights) placed in the policy's shardings, plus the parameters
+    `module_fn` adds to them (LoRA adapters, B = 0). A resumed run, which restores its state
+    into `setup.abstract_state` instead, takes its KL reference from these."""
+    if module_fn is None:
+        module_fn = lambda: Transformer(setup.model_cfg, nnx.Rngs(params=0))
+    shardings = setup.param_shardings
+    full = _with_added(params, module_fn, setup.abstract_state.params, shardings)
+    return jax.device_put(full, shardings)
+
+
 def step_key(rng: jax.Array, step: jax.Array | int, stream: int = 0) -> jax.Array:
     """The key of one step (and one stream of randomness within it): fold_in(rng, step)."""
     return jax.random.fold_in(jax.random.fold_in(rng, step), stream)
