@@ -84,10 +84,17 @@ def answer_rollout(
         "no_marker_frac": fallbacks / rewards.size,
         "response_length": float(np.mean(lengths)),
         "truncated_frac": float(np.mean([not c.finished for g in groups for c in g])),
+        "prompt_truncated_frac": prompt_truncated_frac(groups),
         "time_sample_s": sampled - start,
         "time_reward_s": time.perf_counter() - sampled,
     }
     return groups, rewards, stats
+
+
+def prompt_truncated_frac(groups: Sequence[Sequence[Completion]]) -> float:
+    """The share of rows whose prompt was cut to `agents.max_prompt_tokens` (`TextPolicy.encode`
+    keeps its tail): distinct from `truncated_frac`, the replies cut at the budget."""
+    return float(np.mean([c.prompt_truncated for g in groups for c in g]))
 
 
 def manager_rollout(
@@ -118,6 +125,7 @@ def manager_rollout(
         "reward": float(scored.rewards.mean()),
         "response_length": float(np.mean([len(c.ids) for g in groups for c in g])),
         "truncated_frac": float(np.mean([not c.finished for g in groups for c in g])),
+        "prompt_truncated_frac": prompt_truncated_frac(groups),
         **scored.stats,
         **{f"op_{k.lower()}_frac": v / total for k, v in sorted(kinds.items())},
         "time_sample_s": sampled - start,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from memr1.env.policy import Completion
-from memr1.rl import grpo
+from memr1.rl import grpo, ppo
 from memr1.train import batches, loop, steps
 from memr1.train.metrics_log import MetricsWriter, read_jsonl
 from tests.train import tiny
@@ -78,6 +78,18 @@ def test_pad_frac_counts_the_positions_the_update_runs():
     # Shared prompt: each group's prompt once (2 x 4 positions, 3 + 4 real) + 4 x 3 reply
     # positions (2 + 1 + 3 + 0 real): 13 real of 20.
     assert float(grpo.pad_frac(jnp.asarray(valid), 4, 2)) == pytest.approx(7 / 20)
+    # What the updates log: GRPO by its layout, PPO (every row whole) over whole rows.
+    batch = {
+        "valid": jnp.asarray(valid),
+        "response_mask": jnp.asarray(valid).at[:, :4].set(False),
+        "prompt_mask": jnp.asarray(valid[:, :4]),
+    }
+    shared = grpo.grpo_loss(None, tiny.grpo_config(shared_prompt=True, group_size=2))
+    assert float(shared(batch, None, None)[1]["pad_frac"]) == pytest.approx(7 / 20)
+    whole = grpo.grpo_loss(None, tiny.grpo_config(group_size=2))
+    assert float(whole(batch, None, None)[1]["pad_frac"]) == pytest.approx(8 / 28)
+    actor_critic = ppo.ppo_loss(None, None, tiny.ppo_config())
+    assert float(actor_critic(batch, None, None)[1]["pad_frac"]) == pytest.approx(8 / 28)
 
 
 @pytest.mark.slow
