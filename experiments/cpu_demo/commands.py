@@ -54,12 +54,14 @@ def stage_overrides(
         o["train.warmup_steps"] = c.sft.warmup_steps
     elif stage == "answer":
         schedule(c.answer)
+        o["train.eval_every"] = c.answer.eval_every
         o["train.group_size"] = c.group_size
         o["train.max_new_tokens"] = c.answer.max_new_tokens
         # The rollout pads its prompts to the sampler's batch: B prompts, G samples each.
         o["agents.batch_size"] = c.answer.batch_size
     elif stage == "manager":
         schedule(c.manager)
+        o["train.eval_every"] = c.manager.eval_every
         o["train.group_size"] = c.group_size
         o["train.max_new_tokens"] = c.manager.max_new_tokens
         # The frozen answerer answers the linked questions over the G candidate banks of a

@@ -80,11 +80,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # GRPO/PPO of the Answer Agent, over the train answer tuples and `renamed_copies` copies of
     # each with their entities renamed (augment.renamed_answer_states). 90 steps: on validation
     # as good as 120 for the Answer Agent and the manager stage after it (docs/demo.md).
-    config.answer = dict(steps=90, batch_size=16, lr=3e-4, max_new_tokens=40, renamed_copies=3)
+    # `eval_every`: both RL stages validate greedily on the validation conversations' tuples
+    # before their first step, every `eval_every` steps and after the last (val/... in their
+    # logs, the curves beside the rewards); validating changes no update, and the evaluation
+    # still reads each stage's last step (its best validated one stays loadable as DIR:best).
+    config.answer = dict(
+        steps=90, batch_size=16, lr=3e-4, max_new_tokens=40, renamed_copies=3, eval_every=15
+    )
     # GRPO/PPO of the Memory Manager through the frozen RL Answer Agent.
-    config.manager = dict(steps=30, batch_size=4, lr=1e-4, max_new_tokens=64)
+    config.manager = dict(steps=30, batch_size=4, lr=1e-4, max_new_tokens=64, eval_every=5)
     # Both RL stages: G samples per state, learning-rate warm-up steps, no KL penalty to the
-    # warm start. Every stage keeps its last checkpoint only.
+    # warm start. Every stage keeps its last checkpoint (and its best validated one).
     config.group_size = 8
     config.warmup_steps = 5
     config.kl_beta = 0.0
@@ -145,8 +151,8 @@ def quick(config: ml_collections.ConfigDict) -> None:
     config.traces.manager_copy_rows = 8
     config.traces.answer_read_rows = 8
     config.sft.update(steps=4, batch_size=4)
-    config.answer.update(steps=2, batch_size=2, max_new_tokens=24)
-    config.manager.update(steps=2, batch_size=2, max_new_tokens=32)
+    config.answer.update(steps=2, batch_size=2, max_new_tokens=24, eval_every=2)
+    config.manager.update(steps=2, batch_size=2, max_new_tokens=32, eval_every=2)
     config.group_size = 2
 
 

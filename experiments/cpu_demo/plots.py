@@ -34,7 +34,8 @@ def _smooth(values: np.ndarray, width: int) -> np.ndarray:
 
 
 def reward_curves(runs: Mapping[int, Mapping[str, Path]], out: Path) -> Path:
-    """One panel per stage: SFT loss, then the reward of each RL stage, one line per seed.
+    """One panel per stage: SFT loss, then the reward of each RL stage, one line per seed, with
+    the stage's greedy validation EM (`val/em`, dashed with markers) beside its reward.
 
     Args:
       runs: seed -> {stage title: metrics.jsonl path}.
@@ -55,9 +56,15 @@ def reward_curves(runs: Mapping[int, Mapping[str, Path]], out: Path) -> Path:
             width = max(1, len(values) // 10)
             (line,) = ax.plot(steps, _smooth(values, width), label=f"seed {seed}")
             ax.plot(steps, values, alpha=0.2, color=line.get_color())
+            val = [r for r in read_jsonl(path) if "val/em" in r]
+            if val and key == "train/reward":
+                ax.plot(
+                    [r["step"] for r in val], [r["val/em"] for r in val], "o--",
+                    color=line.get_color(), markersize=3, label=f"seed {seed} val EM",
+                )  # fmt: skip
         ax.set_title(title)
         ax.set_xlabel("step")
-        ax.set_ylabel("loss" if key == "train/loss" else "mean EM reward")
+        ax.set_ylabel("loss" if key == "train/loss" else "mean EM reward (val: greedy EM)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()

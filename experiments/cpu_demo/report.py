@@ -146,6 +146,24 @@ def per_gold_op(results: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def checkpoint_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Which checkpoint step each trained system's agents were evaluated from, and each RL
+    stage's best validated step (loadable as DIR:best)."""
+    lines = []
+    for system, r in summary["results"].items():
+        steps = {k: v for k, v in (r.get("checkpoint_steps") or {}).items() if v is not None}
+        if steps:
+            used = ", ".join(f"{agent} step {step}" for agent, step in steps.items())
+            lines.append(f"- {system} evaluated from checkpoints: {used}")
+    for stage, best in (summary.get("validation") or {}).items():
+        if best:
+            lines.append(
+                f"- {stage} stage's best validated step: {best['step']} "
+                f"({best['metric']} {best['value']:.3f}; loadable as checkpoints:best)"
+            )
+    return lines
+
+
 def seed_section(summary: Mapping[str, Any]) -> list[str]:
     res = summary["results"]
     seed, split = summary["seed"], summary["split"]
@@ -168,6 +186,7 @@ def seed_section(summary: Mapping[str, Any]) -> list[str]:
     mix = summary.get("trace_manager_mix") or {}
     if mix:
         lines.append(f"- the manager teacher's op mix on the training turns: {mix}")
+    lines += checkpoint_lines(summary)
     lines += [
         "",
         "Wall time per stage (s): "

@@ -72,6 +72,7 @@ class SeedRun:
         self.tuples = self.root / "tuples"
         self.careful_tuples = self.root / "careful_tuples"
         self.rl_tuples = self.root / "rl_tuples"
+        self.val_tuples = self.root / "val_tuples"
         self.sft_data = self.root / "traces" / "sft.jsonl"
         self.tokenizer = self.root / "tokenizer"
         self.base = self.root / "base"
@@ -193,6 +194,27 @@ class SeedRun:
         meta.update(manager_from=str(banks), renamed_copies=copies)
         write_tuples(self.rl_tuples, read_tuples(banks, "manager"), answer, meta, overwrite=True)
 
+    def make_val_tuples(self) -> None:
+        """The RL stages' validation states: the validation conversations' tuples, the answer
+        tuples on the banks of ``config.banks.answer`` and the manager tuples on those of
+        ``config.banks.manager``, as the train states are built (no renamed copies)."""
+        from memr1.tuples import write_tuples
+
+        if (self.val_tuples / "metadata.json").is_file():
+            return
+        teachers = {"teacher": None, "careful": MemZeroLikeTeacher(self.seed, CAREFUL)}
+        names = {"answer": self.c.banks.answer, "manager": self.c.banks.manager}
+        names = {k: (v,) if isinstance(v, str) else tuple(v) for k, v in names.items()}
+        built = {
+            n: self.teacher_tuples("validation", teachers[n])
+            for n in dict.fromkeys(names["answer"] + names["manager"])
+        }
+        answer = [t for n in names["answer"] for t in built[n].answer]
+        meta = {"split": "validation", "answer_from": names["answer"]}
+        meta["manager_from"] = names["manager"][0]
+        manager = built[names["manager"][0]].manager
+        write_tuples(self.val_tuples, manager, answer, meta, overwrite=True)
+
     def make_traces(self) -> None:
         """The warm start's rows: both teachers' replies on the train tuples (the answer teacher's
         on the banks of ``config.banks.answer``), a share of them with their entities renamed,
@@ -312,8 +334,8 @@ class SeedRun:
         args += [f"--workdir={workdir}", f"--hf_dir={self.base}"]
         if sft_data is not None:
             args.append(f"--sft_data={sft_data}")
-        else:  # both RL stages read their states from rl_tuples
-            args.append(f"--tuples={self.rl_tuples}")
+        else:  # both RL stages read their states from rl_tuples, validate on val_tuples
+            args += [f"--tuples={self.rl_tuples}", f"--val_tuples={self.val_tuples}"]
         if init is not None:
             args.append(f"--init_checkpoint={init / 'checkpoints'}")
         if answer is not None:
@@ -349,6 +371,16 @@ class SeedRun:
             overwrite=True,
         )
 
+    @staticmethod
+    def best_record(workdir: Path) -> dict | None:
+        """A stage's best validated step ({"step", "value", "metric"}), or None."""
+        from memr1.train.checkpoint import Checkpointer
+
+        if not (workdir / "checkpoints").is_dir():
+            return None
+        with Checkpointer(workdir / "checkpoints") as ckpt:
+            return ckpt.best_record()
+
     # -- all of it -----------------------------------------------------------------------------
 
     def run(self, split: str = "test") -> dict:
@@ -363,6 +395,7 @@ class SeedRun:
         self._timed("base", self.make_base)
         self._timed("sft", self.train_sft)
         self._timed("rl_tuples", self.make_rl_tuples)
+        self._timed("val_tuples", self.make_val_tuples)
         self._timed(f"answer_{self.algo}", self.train_answer)
         self._timed(f"manager_{self.algo}", self.train_manager)
         results = {}
@@ -377,6 +410,10 @@ class SeedRun:
             "timings_s": self.timings,
             "trace_manager_mix": self.trace_mix,
             "results": results,
+            "validation": {
+                "answer": self.best_record(self.rl_answer),
+                "manager": self.best_record(self.rl_manager),
+            },
         }
         (self.root / "timings.json").write_text(json.dumps(self.timings, indent=1) + "\n")
         return summary

@@ -59,7 +59,7 @@ from memr1.models.hf_io import config_from_hf
 from memr1.models.tokenizer import load_tokenizer
 from memr1.rl import grpo, ppo
 from memr1.sampling.layout import decode_dtype
-from memr1.train import faults, loop, lora, mesh, multihost, sft, state
+from memr1.train import faults, loop, lora, mesh, multihost, sft, state, validators
 from memr1.train.checkpoint import Checkpointer, restore_params
 from memr1.train.faults import parse_faults
 from memr1.train.metrics_log import MetricsWriter, NonFiniteError
@@ -260,48 +260,7 @@ def check_settings(config, *, sft_data, tuples, val_tuples=None, val_sft_data=No
     grpo.GRPOConfig.from_config(config)
     if config.algo != "sft":
         ppo.PPOConfig.from_config(config)
-    check_validation(config, tuples=tuples, val_tuples=val_tuples, val_sft_data=val_sft_data)
-
-
-def check_validation(config, *, tuples, val_tuples, val_sft_data) -> None:
-    """Refuses a validation set without train.eval_every (it would be ignored), the reverse,
-    the other kind's set, and the training tuples themselves."""
-    every, sft_run = config.train.eval_every, config.algo == "sft"
-    flag, given = ("--val_sft_data", val_sft_data) if sft_run else ("--val_tuples", val_tuples)
-    other, stray = ("--val_tuples", val_tuples) if sft_run else ("--val_sft_data", val_sft_data)
-    if stray:
-        raise ValueError(f"{other} is not read by algo={config.algo}; give {flag}")
-    if given and not every:
-        raise ValueError(f"{flag} given but config train.eval_every=0: it would be ignored")
-    if every and not given:
-        raise ValueError(f"config train.eval_every={every} needs a validation set: give {flag}")
-    if val_tuples and tuples and Path(val_tuples) == Path(tuples):
-        raise ValueError(f"--val_tuples {val_tuples} are the training tuples (--tuples)")
-
-
-def read_val_records(config, val_tuples: str | None) -> list:
-    """The stage's validation tuples, read (and checked) before any model is loaded.
-
-    Raises a ValueError (memr1.data.errors.DataError) naming the file for a malformed or
-    missing folder or split, or tuples built from the train split, and for an empty set.
-    """
-    if config.algo == "sft" or not config.train.eval_every:
-        return []
-    from memr1.tuples.io import read_metadata, read_tuples
-
-    if not str(val_tuples).startswith("tfds:"):
-        split = read_metadata(val_tuples).get("build", {}).get("split")
-        if split == "train":
-            raise ValueError(
-                f"--val_tuples {val_tuples}: built from the train split; build them with "
-                "python -m memr1.tuples --config.data.split=validation"
-            )
-    records = read_tuples(val_tuples, config.stage)
-    if config.stage == "manager":
-        records = [r for r in records if r.has_qa]
-    if not records:
-        raise ValueError(f"--val_tuples {val_tuples}: no {config.stage} tuples to validate on")
-    return records
+    validators.check_flags(config, tuples=tuples, val_tuples=val_tuples, val_sft_data=val_sft_data)
 
 
 def reward_env(config, models: Models) -> RewardEnv:
@@ -322,23 +281,6 @@ def reward_env(config, models: Models) -> RewardEnv:
         answer=AnswerConfig.from_config(config),
         bank=BankSpec.from_config(config),
     )
-
-
-def make_validate(config, models: Models, policy, records, env=None):
-    """The RL stage's `validate(params, step)` over validation tuples (None without them)."""
-    from memr1.train import validators
-
-    if not records:
-        return None
-    t = config.train
-    kw = dict(max_new_tokens=t.max_new_tokens, style=config.agents.style, rows=t.val_batch_size)
-    if config.stage == "answer":
-        states = [rollout.answer_state_from_tuple(x) for x in records]
-        distill = config.agents.distill
-        return validators.answer_validator(policy, states, distill=distill, seed=config.seed, **kw)
-    states = [rollout.manager_state_from_tuple(x) for x in records]
-    env = env or reward_env(config, models)
-    return validators.manager_validator(policy, states, env, seed=config.seed, **kw)
 
 
 def rl_states(config, models: Models, policy, tuples, env=None) -> tuple[list, Callable]:
@@ -394,7 +336,7 @@ def train(
         config, sft_data=sft_data, tuples=tuples, val_tuples=val_tuples, val_sft_data=val_sft_data
     )
     loop_cfg = loop.LoopConfig.from_config(config)
-    val_records = read_val_records(config, val_tuples)
+    val_records = validators.read_records(config, val_tuples)
     wrap_step = faults.wrapper(inject_nonfinite)
     models = prepare_models(
         config,
@@ -427,24 +369,14 @@ def train(
             pairs = sft.read_sft_pairs(sft_data, policy)
             sft_cfg = sft.SFTConfig.from_config(config)
             step_fn = wrap_step(lambda hook: sft.make_sft_step(setup, sft_cfg, before_guard=hook))
-            validate = None
-            if val_sft_data:
-                from memr1.train.validators import sft_validator
-
-                validate = sft_validator(
-                    setup,
-                    sft.read_sft_pairs(val_sft_data, policy),
-                    batch_size=t.batch_size,
-                    length=t.sft_length,
-                    pad_id=backbone.pad_id,
-                )
+            validate = validators.for_sft(config, setup, policy, val_sft_data, backbone.pad_id)
             return loop.run_sft(
                 setup, st, step_fn, pairs, length=t.sft_length, validate=validate, **run
             )
         # -- RL data and rollout ---------------------------------------------------------------
         env = reward_env(config, models) if config.stage == "manager" else None
         states, do_rollout = rl_states(config, models, policy, tuples, env=env)
-        validate = make_validate(config, models, policy, val_records, env=env)
+        validate = validators.for_rl(config, policy, val_records, env)
         if not states:
             raise ValueError(f"{tuples}: no {config.stage} tuples to train on")
         # -- update ------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -183,3 +184,73 @@ def sft_validator(
         return {"val/loss": total / count}
 
     return validate
+
+
+# -- the train CLI's validation set ----------------------------------------------------------------
+
+
+def check_flags(config, *, tuples, val_tuples, val_sft_data) -> None:
+    """Refuses a validation set without train.eval_every (it would be ignored), the reverse,
+    the other kind's set, and the training tuples themselves."""
+    every, sft_run = config.train.eval_every, config.algo == "sft"
+    flag, given = ("--val_sft_data", val_sft_data) if sft_run else ("--val_tuples", val_tuples)
+    other, stray = ("--val_tuples", val_tuples) if sft_run else ("--val_sft_data", val_sft_data)
+    if stray:
+        raise ValueError(f"{other} is not read by algo={config.algo}; give {flag}")
+    if given and not every:
+        raise ValueError(f"{flag} given but config train.eval_every=0: it would be ignored")
+    if every and not given:
+        raise ValueError(f"config train.eval_every={every} needs a validation set: give {flag}")
+    if val_tuples and tuples and Path(val_tuples) == Path(tuples):
+        raise ValueError(f"--val_tuples {val_tuples} are the training tuples (--tuples)")
+
+
+def read_records(config, val_tuples: str | None) -> list:
+    """An RL stage's validation tuples, read (and checked) before any model is loaded.
+
+    Raises a ValueError (memr1.data.errors.DataError) naming the file for a malformed or
+    missing folder or split, or tuples built from the train split, and for an empty set.
+    """
+    if config.algo == "sft" or not config.train.eval_every:
+        return []
+    from memr1.tuples.io import read_metadata, read_tuples
+
+    if not str(val_tuples).startswith("tfds:"):
+        split = read_metadata(val_tuples).get("build", {}).get("split")
+        if split == "train":
+            raise ValueError(
+                f"--val_tuples {val_tuples}: built from the train split; build them with "
+                "python -m memr1.tuples --config.data.split=validation"
+            )
+    records = read_tuples(val_tuples, config.stage)
+    if config.stage == "manager":
+        records = [r for r in records if r.has_qa]
+    if not records:
+        raise ValueError(f"--val_tuples {val_tuples}: no {config.stage} tuples to validate on")
+    return records
+
+
+def for_rl(config, policy: TextPolicy, records: Sequence[Any], env: RewardEnv | None):
+    """The RL stage's `validate(params, step)` over its validation tuples (None without them);
+    `env` is the manager stage's reward (its frozen Answer Agent)."""
+    if not records:
+        return None
+    t = config.train
+    kw = dict(max_new_tokens=t.max_new_tokens, style=config.agents.style, rows=t.val_batch_size)
+    kw["seed"] = config.seed
+    if config.stage == "answer":
+        states = [rollout.answer_state_from_tuple(x) for x in records]
+        return answer_validator(policy, states, distill=config.agents.distill, **kw)
+    states = [rollout.manager_state_from_tuple(x) for x in records]
+    return manager_validator(policy, states, env, **kw)
+
+
+def for_sft(config, setup: TrainSetup, policy: TextPolicy, val_sft_data, pad_id: int):
+    """SFT's `validate(params, step)` over a JSONL of {messages, target} (None without one)."""
+    if not val_sft_data:
+        return None
+    from memr1.train.sft import read_sft_pairs
+
+    t = config.train
+    pairs = read_sft_pairs(val_sft_data, policy)
+    return sft_validator(setup, pairs, batch_size=t.batch_size, length=t.sft_length, pad_id=pad_id)

@@ -56,6 +56,8 @@ def test_the_full_demo_stages_run_with_these_flags():
         "--config.train.batch_size=16",
         "--config.train.lr=0.0003",
         "--config.train.checkpoint_every=90",
+        # Validation changes no update (it only reads the weights): the numbers stand.
+        "--config.train.eval_every=15",
         "--config.train.group_size=8",
         "--config.train.max_new_tokens=40",
     ]
@@ -69,6 +71,7 @@ def test_the_full_demo_stages_run_with_these_flags():
         "--config.train.batch_size=4",
         "--config.train.lr=0.0001",
         "--config.train.checkpoint_every=30",
+        "--config.train.eval_every=5",
         "--config.train.group_size=8",
         "--config.train.max_new_tokens=64",
     ]

@@ -65,11 +65,25 @@ def test_quick_demo_writes_every_output(tmp_path, capsys):
     # Each training stage logged finite metrics and saved an Orbax checkpoint.
     stages = (("sft", "train/loss"), ("answer_grpo", "train/reward"))
     for stage, key in stages:
-        records = read_jsonl(seed / stage / "logs" / "metrics.jsonl")
+        records = [r for r in read_jsonl(seed / stage / "logs" / "metrics.jsonl") if key in r]
         assert records and all(math.isfinite(r[key]) for r in records)
         assert any((seed / stage / "checkpoints").iterdir())
-    rewards = [r["train/reward"] for r in read_jsonl(seed / "manager_grpo/logs/metrics.jsonl")]
+    manager = read_jsonl(seed / "manager_grpo/logs/metrics.jsonl")
+    rewards = [r["train/reward"] for r in manager if "train/reward" in r]
     assert rewards and all(0.0 <= r <= 1.0 for r in rewards)
+    # Both RL stages validated on the validation conversations before their first step and
+    # after their last (eval_every 2 of 2 steps), and results.md names their checkpoints.
+    for stage in ("answer_grpo", "manager_grpo"):
+        val = [r for r in read_jsonl(seed / stage / "logs" / "metrics.jsonl") if "val/em" in r]
+        assert [r["step"] for r in val] == [0, 2], stage
+        assert all(0.0 <= r["val/em"] <= 1.0 for r in val), stage
+    assert "malformed_frac" in " ".join(k for r in manager for k in r if k.startswith("val/"))
+    assert summary["validation"]["answer"]["metric"] == "val/em"
+    assert "memory_r1 evaluated from checkpoints: manager step 2, answer step 2" in results_md
+    assert "answer stage's best validated step" in results_md
+    assert json.loads((seed / "val_tuples" / "metadata.json").read_text())["build"]["split"] == (
+        "validation"
+    )
 
     _check_rl_states(seed)
 

@@ -17,6 +17,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
@@ -24,7 +25,7 @@ from configs import memr1 as memr1_config
 from memr1 import evaluate
 from memr1.data.locomo import load_locomo
 from memr1.data.split import split_conversations
-from memr1.train.checkpoint import Checkpointer, resolve_checkpoint
+from memr1.train.checkpoint import Checkpointer, resolve_checkpoint, restore_params
 from memr1.train.metrics_log import read_jsonl
 from memr1.tuples import write_tuples
 from tests.data.test_tuples import build
@@ -116,7 +117,12 @@ def test_evaluate_loads_the_best_step_of_the_run(grpo_run, synth_dir):
         )  # fmt: skip
 
 
-def test_sft_validates_its_target_loss_and_keeps_the_lowest(tmp_path, synth_dir):
+def test_sft_validates_its_target_loss_and_keeps_the_lowest_which_exports(tmp_path, capsys):
+    from memr1.env import load
+    from tests.tool import load_tool
+    from tests.train.tiny import make_hf_base
+
+    base = make_hf_base(tmp_path / "base")
     rows = [
         {"messages": [{"role": "user", "content": f"what did the cat do {i}?"}], "target": "sat"}
         for i in range(6)
@@ -126,8 +132,8 @@ def test_sft_validates_its_target_loss_and_keeps_the_lowest(tmp_path, synth_dir)
     val.write_text("".join(json.dumps(r) + "\n" for r in rows[:3]))
     workdir = tmp_path / "run"
     proc = _cli(
-        "--config=configs/memr1.py:runlocal,algo=sft,stage=answer",
-        f"--config.tokenizer_dir={synth_dir / 'tokenizer'}", f"--sft_data={data}",
+        "--config=configs/memr1.py:runlocal,algo=sft,stage=answer", f"--hf_dir={base}",
+        f"--sft_data={data}",
         f"--val_sft_data={val}", f"--workdir={workdir}", "--config.train.steps=3",
         "--config.train.eval_every=2", "--config.train.sft_length=64",
         "--config.train.batch_size=2", "--config.train.checkpoint_every=3",
@@ -145,6 +151,18 @@ def test_sft_validates_its_target_loss_and_keeps_the_lowest(tmp_path, synth_dir)
         "value": min(losses),
         "metric": "-val/loss",
     }
+    # tools/export_hf.py exports the best step; a step the run did not keep is named.
+    tool, ckpt_dir = load_tool("export_hf"), workdir / "checkpoints"
+    args = ["--train_checkpoint", f"{ckpt_dir}:best", "--hf_dir", str(base)]
+    assert tool.main([*args, "--out", str(tmp_path / "best")]) == 0
+    exported = load.load_backbone(hf_dir=str(tmp_path / "best"))
+    saved = restore_params(f"{ckpt_dir}:best", exported.params)
+    for a, b in zip(jax.tree.leaves(exported.params), jax.tree.leaves(saved), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    capsys.readouterr()
+    bad = ["--train_checkpoint", f"{ckpt_dir}:1", "--hf_dir", str(base)]
+    assert tool.main([*bad, "--out", str(tmp_path / "one")]) == 1
+    assert ":1: step 1 is not a finalised checkpoint" in capsys.readouterr().err
 
 
 # Runs `train()` with model loading replaced by a tripwire: each bad validation setting must be

@@ -53,6 +53,7 @@ def fingerprint(params) -> float:
 
 
 def _run(built, workdir, *, kill_at=None, keep_best="val/probe"):
+    """A 6-step run validating every 2 steps (keep_best=None: without validation)."""
     cfg, m, policy, update = built
     setup, s0 = state.create_train_state(m, cfg, state.OptimConfig(lr=1e-3, warmup_steps=1), seed=3)
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=6)
@@ -81,7 +82,7 @@ def _run(built, workdir, *, kill_at=None, keep_best="val/probe"):
         group_size=4,
         checkpoint_every=3,
         eval_every=EVERY,
-        keep_best=keep_best,
+        keep_best=keep_best or "",
     )
     with (
         Checkpointer(workdir / "ckpt", keep=1, keep_best=bool(keep_best)) as ckpt,
@@ -90,7 +91,8 @@ def _run(built, workdir, *, kill_at=None, keep_best="val/probe"):
         try:
             final = loop.run_rl(
                 setup, s0, update, STATES, do_rollout, cfg=lcfg, response_width=6,
-                pad_id=policy.pad_id, checkpointer=ckpt, writer=w, validate=validate,
+                pad_id=policy.pad_id, checkpointer=ckpt, writer=w,
+                validate=validate if keep_best is not None else None,
             )  # fmt: skip
         except Killed:
             final = None
@@ -171,6 +173,16 @@ def test_a_killed_and_resumed_run_logs_the_same_records_and_keeps_the_same_best(
         with Checkpointer(root / "a" / "ckpt") as a, Checkpointer(root / name / "ckpt") as b:
             assert a.best_record() == b.best_record(), name
             assert a.all_steps() == b.all_steps(), name
+
+
+def test_validating_changes_no_update(runs, answer_policy, tmp_path):  # noqa: F811
+    """The same run without validation ends with the same weights and training records."""
+    root, (straight, _, _), _, _ = runs
+    plain, seen, _ = _run(answer_policy, tmp_path / "plain", keep_best=None)
+    assert seen == {} and tiny.leaves_equal(straight.params, plain.params)
+    logs = [raw_records(d / "logs" / "metrics.jsonl") for d in (root / "a", tmp_path / "plain")]
+    trained = [[r for r in log if "train/loss" in r] for log in logs]
+    assert record_differences(*trained) == []
 
 
 def test_a_run_without_keep_best_names_the_missing_best(answer_policy, tmp_path):  # noqa: F811

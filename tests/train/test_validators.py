@@ -4,6 +4,12 @@ answerer, its malformed share and op mix)."""
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import jax
@@ -43,21 +49,25 @@ class Answerer(RuleAnswerer):
         return self
 
 
-def _answer_state(name, city):
-    return rollout.AnswerState(
-        question=f"Where does {name} live?",
-        gold=city,
-        memories=((name, (("1 May 2023", f"{name} lives in {city}"),)), ("Jo", ())),
-    )
+PEOPLE = (("Ann", "Paris"), ("Bo", "New Rome"), ("Cy", "Oslo"))
+REPLIES = {"Ann": "**Answer:** Paris", "Bo": "**Answer:** Rome", "Cy": "no idea"}
+
+
+def answer_states(people):
+    return [
+        rollout.AnswerState(
+            question=f"Where does {name} live?",
+            gold=city,
+            memories=((name, (("1 May 2023", f"{name} lives in {city}"),)), ("Jo", ())),
+        )
+        for name, city in people
+    ]
 
 
 def test_the_answer_pass_scores_greedy_replies_in_one_call():
-    people = (("Ann", "Paris"), ("Bo", "New Rome"), ("Cy", "Oslo"))
-    states = [_answer_state(n, c) for n, c in people]
-    replies = {"Ann": "**Answer:** Paris", "Bo": "**Answer:** Rome", "Cy": "no idea"}
-    policy = Scripted(lambda prompt: next(v for k, v in replies.items() if k in prompt))
+    policy = Scripted(lambda prompt: next(v for k, v in REPLIES.items() if k in prompt))
     validate = validators.answer_validator(
-        policy, states, max_new_tokens=8, style="compact", distill=True
+        policy, answer_states(PEOPLE), max_new_tokens=8, style="compact", distill=True
     )
     got = validate(None, 0)
     assert policy.calls == [(3, 0.0, 1)]  # the whole set, greedily, one sample each
@@ -97,3 +107,48 @@ def test_shares_of_several_processes_combine_into_the_means_over_all_states(monk
     got = validators.combine(3, {"em": 2 / 3})
     assert got == {"val/em": 0.5, "val/op_add_frac": 0.25}
     assert jax.process_count() == 1
+
+
+@pytest.mark.slow
+def test_two_processes_score_their_uneven_shares_and_log_the_same_means(tmp_path):
+    """3 states over 2 processes (shares of 1 and 2): each samples only its share, and both
+    return the means over all 3, those of one process scoring the whole set."""
+    root = Path(__file__).resolve().parents[2]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for pid in range(2):
+        env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(root))
+        env.update(
+            JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2",
+            JAX_PROCESS_ID=str(pid), XLA_FLAGS="--xla_force_host_platform_device_count=1",
+        )  # fmt: skip
+        command = [sys.executable, "-m", "tests.train.multiprocess_validation", str(tmp_path)]
+        procs.append(
+            subprocess.Popen(
+                command,
+                cwd=root,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )  # fmt: skip
+        )
+    try:
+        outs = [p.communicate(timeout=300)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for p, text in zip(procs, outs, strict=True):
+        assert p.returncode == 0, text[-3000:]
+    got = [json.loads((tmp_path / f"val-p{i}.json").read_text()) for i in range(2)]
+    assert [g["calls"] for g in got] == [[[1, 0.0, 1]], [[2, 0.0, 1]]]
+    policy = Scripted(lambda prompt: next(v for k, v in REPLIES.items() if k in prompt))
+    one = validators.answer_validator(
+        policy, answer_states(PEOPLE), max_new_tokens=8, style="compact", distill=True
+    )(None, 0)
+    for g in got:
+        assert g["scores"].keys() == one.keys()
+        for key, value in one.items():
+            assert g["scores"][key] == pytest.approx(value, rel=1e-6), key  # float32 means
