@@ -8,7 +8,7 @@ from flax import nnx
 from jax.sharding import PartitionSpec as P
 
 from memr1.models import params as params_lib
-from memr1.train import mesh, sft, state
+from memr1.train import mesh, optim, sft, state
 from tests.train import tiny
 
 
@@ -109,7 +109,7 @@ def test_weight_decay_spares_norms_and_attention_biases():
     from memr1.models.config import get_size
 
     _, params = transformer.init_model(get_size("tiny"))
-    mask = state.decay_mask(params)
+    mask = optim.decay_mask(params)
     flat = {
         jax.tree_util.keystr(path): bool(v)
         for path, v in jax.tree_util.tree_flatten_with_path(mask)[0]
