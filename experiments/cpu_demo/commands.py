@@ -32,6 +32,8 @@ def stage_overrides(
         "agents.style": c.style,
         "agents.batch_size": c.eval_batch_size,
         "agents.max_prompt_tokens": c.max_prompt_tokens,
+        # Each agent's one budget: its RL stage's rollouts, its validation, the manager
+        # stage's reward (the answerer's) and evaluation.
         "agents.manager_max_new_tokens": c.manager.max_new_tokens,
         "agents.answer_max_new_tokens": c.answer.max_new_tokens,
         "memory.capacity": c.memory.capacity,
@@ -55,13 +57,11 @@ def stage_overrides(
     elif stage == "answer":
         schedule(c.answer)
         o["train.group_size"] = c.group_size
-        o["train.max_new_tokens"] = c.answer.max_new_tokens
         # The rollout pads its prompts to the sampler's batch: B prompts, G samples each.
         o["agents.batch_size"] = c.answer.batch_size
     elif stage == "manager":
         schedule(c.manager)
         o["train.group_size"] = c.group_size
-        o["train.max_new_tokens"] = c.manager.max_new_tokens
         # The frozen answerer answers the linked questions over the G candidate banks of a
         # state in one call (agents.answer_max_new_tokens bounds its replies, as in evaluation).
         o["agents.batch_size"] = c.group_size

@@ -49,20 +49,29 @@ class SamplingConfig:
     @classmethod
     def from_config(cls, config, use: str) -> SamplingConfig:
         """How `use` samples: "extract", "manager" or "answer" (an agent of the memory
-        pipeline, at agents.temperature within agents.<use>_max_new_tokens), or "rollout" (the
-        policy being trained, at train.temperature within train.max_new_tokens)."""
+        pipeline, at agents.temperature), or "rollout" (the policy being trained, config.stage,
+        at train.temperature). Each agent has one budget, `agent_budget`, whatever samples it."""
         if use == "rollout":
-            t = config.train
-            return cls(temperature=t.temperature, max_new_tokens=t.max_new_tokens)
-        a = config.agents
-        budgets = {
-            "extract": a.extract_max_new_tokens,
-            "manager": a.manager_max_new_tokens,
-            "answer": a.answer_max_new_tokens,
-        }
-        if use not in budgets:
-            raise ValueError(f"sampling use {use!r}: expected rollout or one of {list(budgets)}")
-        return cls(temperature=a.temperature, max_new_tokens=budgets[use])
+            return cls(
+                temperature=config.train.temperature,
+                max_new_tokens=agent_budget(config, config.stage),
+            )
+        return cls(temperature=config.agents.temperature, max_new_tokens=agent_budget(config, use))
+
+
+def agent_budget(config, agent: str) -> int:
+    """`agents.<agent>_max_new_tokens`, the one reply budget of an agent: its training rollouts
+    and validation, the manager stage's reward (the frozen Answer Agent's replies) and
+    evaluation all read it, so an agent is never trained at one budget and scored at another."""
+    a = config.agents
+    budgets = {
+        "extract": a.extract_max_new_tokens,
+        "manager": a.manager_max_new_tokens,
+        "answer": a.answer_max_new_tokens,
+    }
+    if agent not in budgets:
+        raise ValueError(f"sampling use {agent!r}: expected rollout or one of {list(budgets)}")
+    return int(budgets[agent])
 
 
 class TextPolicy:

@@ -51,7 +51,7 @@ from memr1.env import load, rollout
 from memr1.env.answer import AnswerConfig
 from memr1.env.manager_reward import RewardEnv
 from memr1.env.memory_store import BankSpec
-from memr1.env.policy import SamplingConfig
+from memr1.env.policy import SamplingConfig, agent_budget
 from memr1.env.setup import check_memory_config
 from memr1.memory import BankOverflowError
 from memr1.models import config as model_config
@@ -331,7 +331,9 @@ def make_validate(config, models: Models, policy, records, env=None):
     if not records:
         return None
     t = config.train
-    kw = dict(max_new_tokens=t.max_new_tokens, style=config.agents.style, rows=t.val_batch_size)
+    # The stage's one budget, as its rollouts and evaluation read it.
+    budget = agent_budget(config, config.stage)
+    kw = dict(max_new_tokens=budget, style=config.agents.style, rows=t.val_batch_size)
     if config.stage == "answer":
         states = [rollout.answer_state_from_tuple(x) for x in records]
         distill = config.agents.distill
@@ -463,7 +465,7 @@ def train(
             update,
             states,
             do_rollout,
-            response_width=t.max_new_tokens,
+            response_width=agent_budget(config, config.stage),
             validate=validate,
             **run,
         )
