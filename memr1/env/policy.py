@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from memr1.env.prompts import Message, to_prompt_text
+from memr1.env.prompts import Message, Shrinkable, to_prompt_text
 from memr1.models.config import ModelConfig
 from memr1.sampling import Sampler, rollout_params
 
@@ -33,7 +33,12 @@ class Completion:
     ids: np.ndarray  # [R] int32, the generated tokens up to and including the stop token
     logprobs: np.ndarray  # [R] float32, under log_softmax(logits / temperature)
     finished: bool  # stopped on EOS rather than running out of max_new_tokens
-    prompt_truncated: bool = False
+    prompt_truncated: bool = False  # some of its droppable items went to fit the budget
+
+
+class PromptTooLongError(ValueError):
+    """A prompt over `agents.max_prompt_tokens` with nothing left that may be dropped: its fixed
+    part (instructions, question, facts) alone is over the budget."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,16 +114,50 @@ class TextPolicy:
         """The prompt text for chat messages (the tokenizer's chat template when it has one)."""
         return to_prompt_text(messages, self.tokenizer)
 
-    def encode(self, text: str) -> tuple[np.ndarray, bool]:
-        """Token ids of a rendered prompt, keeping its last `max_prompt_tokens` tokens."""
+    def _ids(self, messages: Sequence[Message]) -> list[int]:
         # A chat template writes its own special tokens into the text; a plain prompt gets the
         # tokenizer's (e.g. LLaMA's BOS) the way `generate` would add them.
         templated = bool(getattr(self.tokenizer, "chat_template", None))
-        ids = self.tokenizer.encode(text, add_special_tokens=not templated)
-        truncated = len(ids) > self.max_prompt_tokens
-        if truncated:
-            ids = ids[-self.max_prompt_tokens :]
-        return np.asarray(ids, np.int32), truncated
+        return list(self.tokenizer.encode(self.render(messages), add_special_tokens=not templated))
+
+    def _too_long(self, n_tokens: int, part: str) -> PromptTooLongError:
+        return PromptTooLongError(
+            f"{self.name}: {part} is {n_tokens} tokens, over agents.max_prompt_tokens="
+            f"{self.max_prompt_tokens}; raise the budget or shorten the prompt"
+        )
+
+    def encode(self, text: str) -> tuple[np.ndarray, bool]:
+        """Token ids of a rendered prompt with nothing droppable (a PromptTooLongError when it is
+        over `max_prompt_tokens`: cutting it would lose its instructions or its question)."""
+        templated = bool(getattr(self.tokenizer, "chat_template", None))
+        ids = list(self.tokenizer.encode(text, add_special_tokens=not templated))
+        if len(ids) > self.max_prompt_tokens:
+            raise self._too_long(len(ids), "a prompt with nothing that may be dropped")
+        return np.asarray(ids, np.int32), False
+
+    def fit(self, prompt: Sequence[Message] | Shrinkable) -> tuple[np.ndarray, bool]:
+        """(token ids, whether items were dropped) of chat messages or of a `Shrinkable` prompt
+        within `max_prompt_tokens`. A Shrinkable keeps as many of its best-ranked items as fit
+        (a binary search over `build(keep)`); its fixed part, `build(0)`, is never cut, and a
+        PromptTooLongError names the budget and that part's length when it alone is over."""
+        if not isinstance(prompt, Shrinkable):
+            return self.encode(self.render(prompt))
+        ids = self._ids(prompt.build(prompt.n))
+        if len(ids) <= self.max_prompt_tokens:
+            return np.asarray(ids, np.int32), False
+        fixed = self._ids(prompt.build(0))
+        if len(fixed) > self.max_prompt_tokens:
+            part = f"the prompt without its {prompt.what} (its fixed part)"
+            raise self._too_long(len(fixed), part)
+        lo, hi, best = 0, prompt.n - 1, fixed  # build(lo) fits; build(hi + 1) does not
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            mid_ids = self._ids(prompt.build(mid))
+            if len(mid_ids) <= self.max_prompt_tokens:
+                lo, best = mid, mid_ids
+            else:
+                hi = mid - 1
+        return np.asarray(best, np.int32), True
 
     def decode(self, ids: np.ndarray) -> str:
         ids = [int(i) for i in ids if int(i) not in self.eos_ids]
@@ -128,15 +167,17 @@ class TextPolicy:
 
     def complete(
         self,
-        conversations: Sequence[Sequence[Message]],
+        conversations: Sequence[Sequence[Message] | Shrinkable],
         sampling: SamplingConfig,
         *,
         key: jax.Array,
         num_samples: int = 1,
         params: Any = None,
     ) -> list[list[Completion]]:
-        """Samples `num_samples` completions for each chat; returns them per chat."""
-        prompts = [self.encode(self.render(m)) for m in conversations]
+        """Samples `num_samples` completions for each chat (messages, or a `Shrinkable` prompt
+        that drops its lowest-ranked items to fit `max_prompt_tokens`: `fit`); returns them per
+        chat, `prompt_truncated` marking a prompt that dropped some."""
+        prompts = [self.fit(m) for m in conversations]
         return self.complete_ids(prompts, sampling, key=key, num_samples=num_samples, params=params)
 
     def complete_ids(

@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from memr1.env.answer_io import extract_final_answer, render_answer_input
+from memr1.env.answer_io import answer_prompt, extract_final_answer
 from memr1.env.manager_io import render_manager_input
 from memr1.env.manager_reward import ManagerState, RewardEnv, manager_rewards
 from memr1.env.policy import Completion, SamplingConfig, TextPolicy
@@ -36,7 +36,9 @@ class AnswerState:
 
 
 def answer_messages(state: AnswerState, *, style: str, distill: bool):
-    return render_answer_input(
+    """The Answer Agent's prompt of a state, dropping its lowest-ranked memories to fit the
+    prompt budget (`answer_prompt`), as evaluation's does."""
+    return answer_prompt(
         state.question, {s: list(m) for s, m in state.memories}, distill=distill, style=style
     )
 
@@ -92,8 +94,9 @@ def answer_rollout(
 
 
 def prompt_truncated_frac(groups: Sequence[Sequence[Completion]]) -> float:
-    """The share of rows whose prompt was cut to `agents.max_prompt_tokens` (`TextPolicy.encode`
-    keeps its tail): distinct from `truncated_frac`, the replies cut at the budget."""
+    """The share of rows whose prompt dropped its lowest-ranked memories to fit
+    `agents.max_prompt_tokens` (`TextPolicy.fit`): distinct from `truncated_frac`, the replies
+    cut at the budget."""
     return float(np.mean([c.prompt_truncated for g in groups for c in g]))
 
 
