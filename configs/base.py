@@ -212,7 +212,10 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
     0 = off. `keep_best` names the metric of the best checkpoint, kept beside the last `keep`
     and loadable as `DIR:best` ("val/em" maximised; a leading "-" minimises, as "-val/loss";
     "" keeps none). `val_batch_size`: prompts per sampler call of a validation pass (0 = every
-    prompt of the process's share in one call).
+    prompt of the process's share in one call). `rollout_batch_size`: prompts per sampler call
+    of the policy's rollouts (0 = all of a process's states of a step in one call, G samples
+    each: the fewest calls, as large a KV cache as the step needs; set it lower where that does
+    not fit). `agents.batch_size` stays evaluation's (and the frozen answerer's) setting.
     """
     return ml_collections.ConfigDict(
         {
@@ -242,6 +245,8 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
             "eval_every": 0,
             "keep_best": "-val/loss" if algo == "sft" else "val/em",
             "val_batch_size": 0,
+            # Prompts per sampler call of a rollout; 0: a process's states of a step in one call.
+            "rollout_batch_size": 0,
             "on_nonfinite": "skip",
             "only_turns_with_qa": True,
             "lora_rank": 0,

@@ -108,6 +108,7 @@ def test_the_paper_recipe_and_its_micro_batches(memr1_config):
         2048,
     )
     assert config.model.remat and config.agents.max_prompt_tokens == 4096
+    assert (t.rollout_batch_size, memr1_config.get_config().train.rollout_batch_size) == (16, 0)
     # One device here: micro-batches of one whole group of G = 8 rows.
     resolve_micro_batches(config)
     assert t.n_micro == 128 * 8 // 8

@@ -59,12 +59,16 @@ def stage_overrides(
         o["train.group_size"] = c.group_size
         # The rollout pads its prompts to the sampler's batch: B prompts, G samples each.
         o["agents.batch_size"] = c.answer.batch_size
+        o["train.rollout_batch_size"] = c.answer.batch_size
     elif stage == "manager":
         schedule(c.manager)
         o["train.group_size"] = c.group_size
         # The frozen answerer answers the linked questions over the G candidate banks of a
         # state in one call (agents.answer_max_new_tokens bounds its replies, as in evaluation).
         o["agents.batch_size"] = c.group_size
+        # The policy's rollouts decode group_size prompts a call, as when agents.batch_size
+        # set them (the demo's numbers were measured so).
+        o["train.rollout_batch_size"] = c.group_size
     elif stage != "eval":
         raise ValueError(f"stage_overrides: unknown stage {stage!r}")
     if algo == "ppo":

@@ -142,7 +142,7 @@ class TextPolicy:
         PromptTooLongError names the budget and that part's length when it alone is over."""
         if not isinstance(prompt, Shrinkable):
             return self.encode(self.render(prompt))
-        ids = self._ids(prompt.build(prompt.n))
+        ids = self._ids(prompt)
         if len(ids) <= self.max_prompt_tokens:
             return np.asarray(ids, np.int32), False
         fixed = self._ids(prompt.build(0))
@@ -195,14 +195,7 @@ class TextPolicy:
         dtype, whole on every data × fsdp device: `memr1.sampling.layout.rollout_params`), made
         once per call and dropped when it returns; weights already so laid out are used as is.
         """
-        params = self.params if params is None else params
-        if not all(getattr(x, "is_fully_addressable", True) for x in jax.tree.leaves(params)):
-            # Each process of a multi-host run samples its own prompts, on its own devices.
-            raise ValueError(
-                f"{self.name}: the sampling parameters live partly on other processes' devices; "
-                "pass a process-local copy (memr1.train.multihost.local_replica)"
-            )
-        params = rollout_params(params, self.cfg)
+        params = self._decode_params(params)
         out: list[list[Completion]] = []
         for start in range(0, len(prompts), self.batch_size):
             chunk = list(prompts[start : start + self.batch_size])
@@ -241,6 +234,22 @@ class TextPolicy:
                     )
                 out.append(samples)
         return out
+
+    def _decode_params(self, params: Any = None) -> Any:
+        params = self.params if params is None else params
+        if not all(getattr(x, "is_fully_addressable", True) for x in jax.tree.leaves(params)):
+            # Each process of a multi-host run samples its own prompts, on its own devices.
+            raise ValueError(
+                f"{self.name}: the sampling parameters live partly on other processes' devices; "
+                "pass a process-local copy (memr1.train.multihost.local_replica)"
+            )
+        return rollout_params(params, self.cfg)
+
+    def decode_copy(self, params: Any = None) -> TextPolicy:
+        """The same policy holding `params` (default: its own) laid out for decoding once
+        (`rollout_params`), so that the sampler calls of one rollout share one copy instead of
+        each laying out its own; drop it when the rollout ends."""
+        return self.with_params(self._decode_params(params))
 
     def with_batch_size(self, batch_size: int) -> TextPolicy:
         """The same policy (sharing its sampler, which compiles the new shape once) decoding

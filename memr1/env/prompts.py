@@ -31,9 +31,9 @@ ANSWER_MARKER = "**Answer:**"
 Message = dict[str, str]
 
 
-@dataclass(frozen=True)
-class Shrinkable:
-    """A prompt with parts that can go when it is over the token budget.
+class Shrinkable(list):
+    """A prompt with parts that can go when it is over the token budget: as a list, its whole
+    chat messages (what a reader that is not a language model reads).
 
     `build(keep)` renders the prompt with only the first `keep` of its `n` droppable items (the
     best ranked first, e.g. retrieved memories): `build(n)` is the whole prompt and `build(0)`
@@ -41,9 +41,9 @@ class Shrinkable:
     (`memr1.env.policy.TextPolicy.fit`). `what` names the items in messages.
     """
 
-    build: Callable[[int], list[Message]]
-    n: int
-    what: str = "memories"
+    def __init__(self, build: Callable[[int], list[Message]], n: int, what: str = "memories"):
+        super().__init__(build(n))
+        self.build, self.n, self.what = build, int(n), what
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,9 @@ def answer_rollout(
     and token F1, as evaluation scores them; validation reads both at G = 1, greedily)."""
     chats = [answer_messages(s, style=style, distill=distill) for s in states]
     start = time.perf_counter()
-    groups = policy.complete(chats, sampling, key=key, num_samples=group_size, params=params)
+    # One decode copy of the weights for all of the rollout's sampler calls.
+    policy = policy.decode_copy(params)
+    groups = policy.complete(chats, sampling, key=key, num_samples=group_size)
     sampled = time.perf_counter()
     rewards = np.zeros((len(states), group_size), np.float32)
     fallbacks, f1 = 0, 0.0
@@ -115,8 +117,13 @@ def manager_rollout(
     chats = [manager_messages(s, style=style) for s in states]
     sample_key, answer_key = jax.random.split(key)
     start = time.perf_counter()
-    groups = policy.complete(chats, sampling, key=sample_key, num_samples=group_size, params=params)
+    # One decode copy of the policy's weights for all of its sampler calls, then the policy's
+    # copy goes and one of the frozen answerer's serves all of the reward's calls.
+    groups = policy.decode_copy(params).complete(
+        chats, sampling, key=sample_key, num_samples=group_size
+    )
     sampled = time.perf_counter()
+    env = dataclasses.replace(env, answerer=env.answerer.decode_copy())
     scored = manager_rewards(states, [[c.text for c in g] for g in groups], env, key=answer_key)
     kinds: collections.Counter = collections.Counter()
     for parsed in scored.parsed:

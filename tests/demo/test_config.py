@@ -57,6 +57,7 @@ def test_the_full_demo_stages_run_with_these_flags():
         "--config.train.lr=0.0003",
         "--config.train.checkpoint_every=90",
         "--config.train.group_size=8",
+        "--config.train.rollout_batch_size=16",
     ]
     assert _flags("answer", "grpo") == _shared(16) + answer
     assert _flags("answer", "ppo") == _shared(16) + answer + [
@@ -69,6 +70,7 @@ def test_the_full_demo_stages_run_with_these_flags():
         "--config.train.lr=0.0001",
         "--config.train.checkpoint_every=30",
         "--config.train.group_size=8",
+        "--config.train.rollout_batch_size=8",
     ]
     assert _flags("manager", "grpo") == _shared(8) + manager
     assert _flags("manager", "ppo") == _shared(8) + manager + ["--config.train.critic_lr=0.001"]
