@@ -119,6 +119,10 @@ def memory_section() -> ml_collections.ConfigDict:
 def agents_section() -> ml_collections.ConfigDict:
     """Prompt style, batching and generation budgets of the extractor, manager and answerer.
 
+    `<agent>_max_new_tokens` is the agent's one reply budget (`memr1.env.policy.agent_budget`):
+    evaluation, the agent's own RL rollouts and validation (`train` has no budget of its own)
+    and, for the answerer, the manager stage's reward all stop its replies there.
+
     `manager_checkpoint` / `answer_checkpoint` are memr1 training checkpoint directories; each
     agent can come from a different one (unset: the backbone's own weights).
     """
@@ -180,9 +184,10 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
     """Training of one agent (paper: actor lr 1e-6 with warmup, critic 1e-5, temperature 1.0).
 
     `batch_size` counts states (prompts) per step; GRPO samples `group_size` outputs for each.
-    `max_new_tokens` bounds each rollout (paper: 2048 response tokens); the update's rows are as
-    wide as each step's longest prompt and reply (`memr1.train.batches.width_bucket`), and the
-    share of padding they hold is logged as `train/pad_frac`. For the manager stage
+    Rollouts stop at the stage's agent budget, `agents.<stage>_max_new_tokens` (paper: 2048
+    response tokens); the update's rows are as wide as each step's longest prompt and reply
+    (`memr1.train.batches.width_bucket`), and the share of padding they hold is logged as
+    `train/pad_frac`. For the manager stage
     the frozen Answer Agent answers exactly as evaluation does: the `agents` section's
     temperature and `answer_max_new_tokens`, the `memory` section's retriever and k_per_speaker.
     LoRA (`memr1.train.lora`, through qwix): `lora_rank` > 0 trains only rank-r adapters on the
@@ -207,7 +212,10 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
     0 = off. `keep_best` names the metric of the best checkpoint, kept beside the last `keep`
     and loadable as `DIR:best` ("val/em" maximised; a leading "-" minimises, as "-val/loss";
     "" keeps none). `val_batch_size`: prompts per sampler call of a validation pass (0 = every
-    prompt of the process's share in one call).
+    prompt of the process's share in one call). `rollout_batch_size`: prompts per sampler call
+    of the policy's rollouts (0 = all of a process's states of a step in one call, G samples
+    each: the fewest calls, as large a KV cache as the step needs; set it lower where that does
+    not fit). `agents.batch_size` stays evaluation's (and the frozen answerer's) setting.
     """
     return ml_collections.ConfigDict(
         {
@@ -231,13 +239,14 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
             "drop_zero_signal": False,
             "oversample": 1,
             "temperature": 1.0,
-            "max_new_tokens": 512 if stage == "manager" else 256,
             "sft_length": 2048,
             "checkpoint_every": 50,
             "keep": 3,
             "eval_every": 0,
             "keep_best": "-val/loss" if algo == "sft" else "val/em",
             "val_batch_size": 0,
+            # Prompts per sampler call of a rollout; 0: a process's states of a step in one call.
+            "rollout_batch_size": 0,
             "on_nonfinite": "skip",
             "only_turns_with_qa": True,
             "lora_rank": 0,

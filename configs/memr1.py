@@ -75,8 +75,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         paper_recipe(config)
     if runlocal:
         config.mesh = base.mesh_section(data=1, fsdp=1, tensor=1)
-        # The Answer Agent's replies, in evaluation and as the manager stage's frozen reader.
-        config.agents.answer_max_new_tokens = 32
+        # Short replies of a tiny model: each agent's one budget (training, reward, evaluation).
+        config.agents.update(manager_max_new_tokens=48, answer_max_new_tokens=32)
         config.train.update(
             steps=20,
             batch_size=4,
@@ -84,7 +84,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             lr=1e-4,
             warmup_steps=2,
             sft_length=512,
-            max_new_tokens=48,
             checkpoint_every=10,
         )
     config.lock()
@@ -106,14 +105,19 @@ def paper_recipe(config: ml_collections.ConfigDict) -> None:
     config.mesh.update(data=1, fsdp=-1, tensor=1)
     config.model.remat = True
     config.agents.max_prompt_tokens = 4096
+    # Both agents' one budget: their rollouts, validation, the manager stage's reward (the
+    # frozen Answer Agent) and evaluation at this config all stop replies at 2,048 tokens.
+    config.agents.update(manager_max_new_tokens=2048, answer_max_new_tokens=2048)
     config.train.update(
         lr=1e-6,
         critic_lr=1e-5,
         batch_size=128,
         temperature=1.0,
-        max_new_tokens=2048,
         micro_rows=1,
         eval_every=10,
+        # 16 prompts x G = 8 rows a sampler call (16 a device on 8): a KV cache of 6,144
+        # positions is ~5.6 GB a device at 7B and ~19 GB at 14B, beside the training state.
+        rollout_batch_size=16,
     )
 
 

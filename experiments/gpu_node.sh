@@ -24,7 +24,8 @@
 #   MEMR1_MESH        data,fsdp,tensor (recipe: 1,-1,1, every device on the FSDP axis)
 #   MEMR1_MICRO_ROWS  rows per data x fsdp shard per micro-batch (recipe: 1; the paper used 2)
 #   MEMR1_BATCH       prompts per update (recipe: 128); MEMR1_GROUP G (default 8)
-#   MEMR1_STEPS       updates per stage; MEMR1_MAX_RESPONSE new tokens per rollout (2048)
+#   MEMR1_STEPS       updates per stage; MEMR1_MAX_RESPONSE both agents' reply budget (2048),
+#                     in training, the manager stage's reward and evaluation
 #   MEMR1_TUPLES      an existing tuples folder to use instead of building one
 #   MEMR1_VAL_TUPLES  the same for the validation tuples (default: built from LoCoMo's
 #                     validation split, conv-30, into $MEMR1_RUN_DIR/tuples-validation)
@@ -121,10 +122,17 @@ train_flags() {
   if [[ -n ${MEMR1_BATCH:-} ]]; then flags+=(--config.train.batch_size="$MEMR1_BATCH"); fi
   if [[ -n ${MEMR1_GROUP:-} ]]; then flags+=(--config.train.group_size="$MEMR1_GROUP"); fi
   if [[ -n ${MEMR1_STEPS:-} ]]; then flags+=(--config.train.steps="$MEMR1_STEPS"); fi
-  if [[ -n ${MEMR1_MAX_RESPONSE:-} ]]; then
-    flags+=(--config.train.max_new_tokens="$MEMR1_MAX_RESPONSE")
-  fi
+  budget_flags
   printf '%s\n' "${flags[@]}"
+}
+
+# Each agent's one reply budget (recipe=paper: 2,048), set alike for its training, the manager
+# stage's reward (the frozen Answer Agent) and evaluation: appends to the caller's `flags`.
+budget_flags() {
+  if [[ -n ${MEMR1_MAX_RESPONSE:-} ]]; then
+    flags+=(--config.agents.answer_max_new_tokens="$MEMR1_MAX_RESPONSE"
+      --config.agents.manager_max_new_tokens="$MEMR1_MAX_RESPONSE")
+  fi
 }
 
 # ---- stages -------------------------------------------------------------------------------------
@@ -207,11 +215,14 @@ stage_evaluate() {
     judge=(--config.judge.kind=openai --config.judge.base_url="$MEMR1_JUDGE_URL"
       --config.judge.model="$MEMR1_JUDGE_MODEL")
   fi
+  # The agents' budgets are the recipe's (and MEMR1_MAX_RESPONSE's), as in training.
+  local flags=()
+  budget_flags
   # Greedy answers on the test split (the 8 conversations after train and validation).
   # shellcheck disable=SC2086  # MEMR1_EVAL_ARGS is a list of flags
   run evaluate "$PY" -m memr1.evaluate \
-    --config "$REPO/configs/memr1.py:system=memory_r1,dataset=locomo,backbone=$BACKBONE" \
-    --config.data.path="$MEMR1_LOCOMO" --config.data.split=test "${judge[@]}" \
+    --config "$REPO/configs/memr1.py:system=memory_r1,dataset=locomo,backbone=$BACKBONE,recipe=paper" \
+    --config.data.path="$MEMR1_LOCOMO" --config.data.split=test "${judge[@]}" "${flags[@]}" \
     --hf_dir "$MEMR1_HF_DIR" --manager_checkpoint "$MANAGER_RUN/checkpoints$PICK" \
     --answer_checkpoint "$ANSWER_RUN/checkpoints$PICK" --workdir "$EVAL_DIR" ${MEMR1_EVAL_ARGS:-}
 }

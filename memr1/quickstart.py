@@ -65,7 +65,13 @@ def commands(w: Path, steps: int, seed: int) -> list[list[str]]:
             str(tuples),
         ],
     ]
+    # Each agent's one budget, in training, the manager stage's reward and evaluation alike.
+    budgets = [
+        "--config.agents.manager_max_new_tokens=24",
+        "--config.agents.answer_max_new_tokens=12",
+    ]
     common = [
+        *budgets,
         f"--config.tokenizer_dir={tok}",
         f"--config.train.steps={steps}",
         f"--config.seed={seed}",
@@ -75,7 +81,6 @@ def commands(w: Path, steps: int, seed: int) -> list[list[str]]:
     out.append([*train, "configs/memr1.py:stage=answer,algo=grpo,runlocal", *common,
                 f"--workdir={w / 'answer'}"])  # fmt: skip
     out.append([*train, "configs/memr1.py:stage=manager,algo=grpo,runlocal", *common,
-                "--config.train.max_new_tokens=24",
                 f"--answer_checkpoint={w / 'answer' / 'checkpoints'}",
                 f"--workdir={w / 'manager'}"])  # fmt: skip
     for system in ("locomo_rag", "memory_r1"):
@@ -89,8 +94,7 @@ def commands(w: Path, steps: int, seed: int) -> list[list[str]]:
                 f"--config.data.gold_ops={data / 'gold_ops.json'}",
                 f"--config.tokenizer_dir={tok}",
                 "--config.memory.retriever=exact_numpy",
-                "--config.agents.manager_max_new_tokens=24",
-                "--config.agents.answer_max_new_tokens=12",
+                *budgets,
                 f"--manager_checkpoint={w / 'manager' / 'checkpoints'}",
                 f"--answer_checkpoint={w / 'answer' / 'checkpoints'}",
                 f"--workdir={w / ('eval-' + system)}",

@@ -40,6 +40,27 @@ def test_runlocal_shrinks(memr1_config):
     assert memr1_config.get_config("runlocal=false").mesh.fsdp == -1
 
 
+@pytest.mark.parametrize(
+    "arg, answer, manager",
+    [("", 256, 512), ("runlocal", 32, 48), ("backbone=qwen2.5-7b,recipe=paper", 2048, 2048)],
+)
+def test_one_budget_per_agent(memr1_config, arg, answer, manager):
+    """Each agent's replies stop at one budget wherever it samples: its stage's rollouts, the
+    manager stage's reward (the frozen Answer Agent), and evaluation's agents."""
+    from memr1.env.answer import AnswerConfig
+    from memr1.env.ingest import IngestConfig
+    from memr1.env.policy import SamplingConfig
+
+    got = {}
+    for stage in ("answer", "manager"):
+        config = memr1_config.get_config(f"{arg},stage={stage}".lstrip(","))
+        got[stage] = SamplingConfig.from_config(config, "rollout").max_new_tokens
+        assert AnswerConfig.from_config(config).sampling.max_new_tokens == answer
+        assert IngestConfig.from_config(config).manager_sampling.max_new_tokens == manager
+        assert "max_new_tokens" not in config.train
+    assert got == {"answer": answer, "manager": manager}
+
+
 def test_locked(memr1_config):
     config = memr1_config.get_config()
     with pytest.raises(AttributeError):
@@ -80,14 +101,14 @@ def test_the_paper_recipe_and_its_micro_batches(memr1_config):
 
     config = memr1_config.get_config("backbone=qwen2.5-7b,stage=answer,recipe=paper")
     t = config.train
-    assert (t.lr, t.critic_lr, t.batch_size, t.temperature, t.max_new_tokens) == (
-        1e-6,
-        1e-5,
-        128,
-        1.0,
+    assert (t.lr, t.critic_lr, t.batch_size, t.temperature) == (1e-6, 1e-5, 128, 1.0)
+    # Both agents' one budget: the rollouts', validation's, the reward's and evaluation's.
+    assert (config.agents.answer_max_new_tokens, config.agents.manager_max_new_tokens) == (
+        2048,
         2048,
     )
     assert config.model.remat and config.agents.max_prompt_tokens == 4096
+    assert (t.rollout_batch_size, memr1_config.get_config().train.rollout_batch_size) == (16, 0)
     # One device here: micro-batches of one whole group of G = 8 rows.
     resolve_micro_batches(config)
     assert t.n_micro == 128 * 8 // 8

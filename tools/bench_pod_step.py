@@ -5,14 +5,14 @@ FLOPs against the real tokens' and XLA's memory against `tools/memory_estimate.p
                                  [--widths both] [--prompt-lengths 1800:3000]
                                  [--reply-lengths 50:300] [--json OUT]
 
-Settings are configs/memr1.py's `recipe=paper` (128 states of G = 8 per step, prompts up to
-4,096 tokens, 2,048 new tokens, the sampler's `agents.batch_size` prompts a call, one row a
-device a micro-batch, every device on the FSDP axis, remat, shared-prompt GRPO with KL
-β = 0.001), on `--devices` fake CPU devices, with the size's real widths and `--layers` blocks.
-Nothing is materialised: every program is lowered from `jax.ShapeDtypeStruct`s with the
-trainer's shardings and compiled. Prompt and reply lengths are drawn per row, uniformly in the
-given ranges (assumptions, not measurements: the Answer Agent reads ~60 memories and replies in
-~50-300 tokens); replies are cut at the budget.
+Settings are configs/memr1.py's `recipe=paper` (128 states of G = 8 per step, prompts up to 4,096
+tokens, 2,048 new tokens for either agent, `train.rollout_batch_size` prompts a policy sampler call
+and `agents.batch_size` a frozen-answerer call, one row a device a micro-batch, every device on the
+FSDP axis, remat, shared-prompt GRPO with KL β = 0.001), on `--devices` fake CPU devices, with the
+size's real widths and `--layers` blocks. Nothing is materialised: every program is lowered from
+`jax.ShapeDtypeStruct`s with the trainer's shardings and compiled. Prompt and reply lengths are
+drawn per row, uniformly in the given ranges (assumptions, not measurements: the Answer Agent reads
+~60 memories and replies in ~50-300 tokens); replies are cut at the budget.
 
 Stages and what "real" counts (N_blocks = the parameters of the compiled blocks, N_head = the
 unembedding's V x D, which only tokens whose logits are needed pay; the embedding lookup is a
@@ -37,8 +37,9 @@ would be counted once; cuDNN and splash compute the same dense scores here, see 
 The figures are per device; real FLOPs are the step's over the devices.
 
 Widths: `fixed` packs the update as main did before issue 25 (the prompt's power-of-two bucket
-plus `train.max_new_tokens` reply columns), `bucketed` as `memr1.train.batches.rollout_rows`
-does now (each step's longest prompt and reply, `width_bucket`). The rollout does not change.
+plus the stage's `agents.<stage>_max_new_tokens` reply columns), `bucketed` as
+`memr1.train.batches.rollout_rows` does now (each step's longest prompt and reply,
+`width_bucket`). The rollout does not change.
 
 Memory: XLA's peak of a program is its arguments + temporaries + outputs - aliased (donated)
 bytes, from `compiled.memory_analysis()`, compiled at the real settings (the whole step's batch,
@@ -86,7 +87,9 @@ def parse_args(argv):
     p.add_argument("--prompt-lengths", type=parse_range, help="LO:HI (default per stage)")
     p.add_argument("--reply-lengths", type=parse_range, help="LO:HI (default per stage)")
     p.add_argument("--states", type=int, help="states a step (default: train.batch_size)")
-    p.add_argument("--max-new-tokens", type=int, help="default: train.max_new_tokens")
+    p.add_argument(
+        "--max-new-tokens", type=int, help="the stage's budget (default: agents.<stage>_...)"
+    )
     p.add_argument("--answer-max-new-tokens", type=int, help="default: agents'")
     p.add_argument(
         "--micro-rows", type=int, help="rows a device a micro-batch (default: train.micro_rows)"
@@ -110,7 +113,7 @@ def recipe_config(args):
     if args.states:
         config.train.batch_size = args.states
     if args.max_new_tokens:
-        config.train.max_new_tokens = args.max_new_tokens
+        config.agents[f"{args.stage}_max_new_tokens"] = args.max_new_tokens
     if args.answer_max_new_tokens:
         config.agents.answer_max_new_tokens = args.answer_max_new_tokens
     if args.micro_rows:
@@ -231,6 +234,7 @@ def sampler_stage(name, cfg, graphdef, params_abs, n, prompt_len, reply_len, *, 
     return {
         "stage": name,
         "calls": calls,
+        "prompts_per_call": call,
         "group": group,
         "budget": budget,
         "prompt_width": width,
@@ -353,7 +357,7 @@ def estimate_bytes(args, config, **workload) -> dict:
     setup = {8: "8x80GB-fsdp", 4: "4x80GB-fsdp", 2: "2x141GB-fsdp", 1: "1x141GB"}[args.devices]
     w = me.Workload(
         rows_per_device=max(1, config.train.micro_rows),
-        rollout_prompts=config.agents.batch_size,
+        rollout_prompts=config.train.rollout_batch_size or config.train.batch_size,
         group=config.train.group_size,
         kl_beta=config.train.kl_beta,
         stage=args.stage,
@@ -364,6 +368,7 @@ def estimate_bytes(args, config, **workload) -> dict:
 def run(args) -> dict:
     import jax
 
+    from memr1.env.policy import agent_budget
     from memr1.models.config import get_size
     from memr1.rl.grpo import GRPOConfig
     from memr1.train import mesh as mesh_lib
@@ -387,7 +392,7 @@ def run(args) -> dict:
     )
     n = flops_params(setup.abstract_state.params, cfg)
     devices = jax.device_count()
-    g, budget = t.group_size, t.max_new_tokens
+    g, budget = t.group_size, agent_budget(config, args.stage)
     states = t.batch_size * t.oversample
     (p_range, r_range) = DEFAULT_LENGTHS[args.stage]
     p_range, r_range = args.prompt_lengths or p_range, args.reply_lengths or r_range
@@ -399,7 +404,8 @@ def run(args) -> dict:
     rows = [
         sampler_stage(
             "rollout", cfg, setup.graphdef, params_abs, n, prompt_len, reply_len,
-            call=a.batch_size, group=g, budget=budget, greedy=False, devices=devices,
+            call=t.rollout_batch_size or states, group=g, budget=budget, greedy=False,
+            devices=devices,
         )
     ]  # fmt: skip
     if args.stage == "manager":
@@ -432,7 +438,7 @@ def run(args) -> dict:
         else:
             est = estimate_bytes(
                 args, config, prompt=row["prompt_width"], response=row["budget"],
-                group=row["group"],
+                group=row["group"], rollout_prompts=row["prompts_per_call"],
             )  # fmt: skip
             row["estimate_bytes"] = est["rollout"]["total"]
         xla = row["xla_memory"]
@@ -450,7 +456,8 @@ def run(args) -> dict:
             "states": states,
             "group": g,
             "max_new_tokens": budget,
-            "sampler_prompts_per_call": a.batch_size,
+            "sampler_prompts_per_call": t.rollout_batch_size or states,
+            "answerer_prompts_per_call": a.batch_size,
             "n_micro": t.n_micro,
             "micro_rows": t.micro_rows,
             "kl_beta": t.kl_beta,

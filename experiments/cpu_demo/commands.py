@@ -32,6 +32,8 @@ def stage_overrides(
         "agents.style": c.style,
         "agents.batch_size": c.eval_batch_size,
         "agents.max_prompt_tokens": c.max_prompt_tokens,
+        # Each agent's one budget: its RL stage's rollouts, its validation, the manager
+        # stage's reward (the answerer's) and evaluation.
         "agents.manager_max_new_tokens": c.manager.max_new_tokens,
         "agents.answer_max_new_tokens": c.answer.max_new_tokens,
         "memory.capacity": c.memory.capacity,
@@ -56,17 +58,19 @@ def stage_overrides(
         schedule(c.answer)
         o["train.eval_every"] = c.answer.eval_every
         o["train.group_size"] = c.group_size
-        o["train.max_new_tokens"] = c.answer.max_new_tokens
         # The rollout pads its prompts to the sampler's batch: B prompts, G samples each.
         o["agents.batch_size"] = c.answer.batch_size
+        o["train.rollout_batch_size"] = c.answer.batch_size
     elif stage == "manager":
         schedule(c.manager)
         o["train.eval_every"] = c.manager.eval_every
         o["train.group_size"] = c.group_size
-        o["train.max_new_tokens"] = c.manager.max_new_tokens
         # The frozen answerer answers the linked questions over the G candidate banks of a
         # state in one call (agents.answer_max_new_tokens bounds its replies, as in evaluation).
         o["agents.batch_size"] = c.group_size
+        # The policy's rollouts decode group_size prompts a call, as when agents.batch_size
+        # set them (the demo's numbers were measured so).
+        o["train.rollout_batch_size"] = c.group_size
     elif stage != "eval":
         raise ValueError(f"stage_overrides: unknown stage {stage!r}")
     if algo == "ppo":

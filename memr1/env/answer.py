@@ -10,7 +10,7 @@ import jax
 import numpy as np
 
 from memr1.data.records import QA, Conversation
-from memr1.env.answer_io import extract_distilled, extract_final_answer, render_answer_input
+from memr1.env.answer_io import answer_prompt, extract_distilled, extract_final_answer
 from memr1.env.memory_store import ConversationMemory, EmbedFn, Hit
 from memr1.env.policy import SamplingConfig, TextPolicy
 from memr1.env.stats import StageStats
@@ -75,6 +75,7 @@ class Reply:
     used_fallback: bool  # no **Answer:** marker in the reply
     cut: bool  # the token budget ran out before the reply wrote **Answer:**
     n_tokens: int
+    prompt_cut: bool = False  # its lowest-ranked memories went to fit agents.max_prompt_tokens
 
 
 def retrieve(
@@ -142,7 +143,7 @@ def answer_over_banks(
         with stats.time("retrieval", items=len(chunk_q)):
             hits = retrieve(chunk_q, chunk_b, embed, cfg.k_per_speaker)
         chats = [
-            render_answer_input(
+            answer_prompt(
                 question,
                 {name: [(h.when, h.text) for h in hs] for name, hs in per_speaker.items()},
                 distill=cfg.distill,
@@ -160,7 +161,11 @@ def answer_over_banks(
                 stats.count("answers", "no_marker_fallback")
             if cut:
                 stats.count("answers", "cut_before_answer")
-            replies.append(Reply(sample.text, answer, fallback, cut, len(sample.ids)))
+            if sample.prompt_truncated:
+                stats.count("answers", "prompt_cut")
+            replies.append(
+                Reply(sample.text, answer, fallback, cut, len(sample.ids), sample.prompt_truncated)
+            )
         hits_out.extend(hits)
         if progress is not None:
             progress(len(chunk_q))

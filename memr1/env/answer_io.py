@@ -29,7 +29,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from memr1.env.prompts import ANSWER_MARKER, Message, check_style, get_template, one_line
+from memr1.env.prompts import (
+    ANSWER_MARKER,
+    Message,
+    Shrinkable,
+    check_style,
+    get_template,
+    one_line,
+)
 
 _MARKER = re.compile(
     r"(?:\*\*|__)[ \t]*(?:final[ \t]+)?answer[ \t]*(?:\*\*|__)?[ \t]*:[ \t]*(?:\*\*|__)?"
@@ -149,6 +156,33 @@ def render_answer_input(
     memories_text = separator.join(blocks) or "(no memories)"
     agent = "answer" if distill else "answer_direct"
     return get_template(agent, style).render(memories=memories_text, question=one_line(question))
+
+
+def answer_prompt(
+    question: str,
+    memories_by_speaker: Mapping[str, Sequence[tuple[str, str]]],
+    *,
+    distill: bool = True,
+    style: str = "full",
+) -> Shrinkable:
+    """`render_answer_input` as a prompt whose lowest-ranked memories go first when it is over
+    the token budget: memories are dropped by rank, the last of every speaker's list before any
+    speaker's second-last, so both speakers keep their best; the instructions, the speakers'
+    headers and the question always stay."""
+    lists = {speaker: list(memories) for speaker, memories in memories_by_speaker.items()}
+    # (rank, speaker order): the order in which memories are kept.
+    order = sorted(
+        (rank, i) for i, memories in enumerate(lists.values()) for rank in range(len(memories))
+    )
+
+    def build(keep: int) -> list[Message]:
+        ranks = [0] * len(lists)
+        for _, i in order[:keep]:
+            ranks[i] += 1
+        kept = {s: m[:r] for (s, m), r in zip(lists.items(), ranks, strict=True)}
+        return render_answer_input(question, kept, distill=distill, style=style)
+
+    return Shrinkable(build=build, n=len(order))
 
 
 def _header(speaker: str, style: str) -> str:

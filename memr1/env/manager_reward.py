@@ -179,7 +179,8 @@ def manager_rewards(
 
     Stats: `malformed_frac` (share of the B·G replies that are malformed), `answerer_cut_frac`
     (share of the answerer's replies cut by its token budget before **Answer:**, which score 0
-    whatever the bank) and `answerer_no_marker_frac`.
+    whatever the bank), `answerer_no_marker_frac` and `answerer_prompt_cut_frac` (share of its
+    prompts that dropped their lowest-ranked memories to fit agents.max_prompt_tokens).
     """
     sizes = {len(group) for group in outputs}
     if len(states) != len(outputs) or len(sizes) > 1:
@@ -217,5 +218,6 @@ def manager_rewards(
         "malformed_frac": float(malformed.mean()) if malformed.size else 0.0,
         "answerer_cut_frac": sum(r.cut for r in replies) / n_replies,
         "answerer_no_marker_frac": sum(r.used_fallback for r in replies) / n_replies,
+        "answerer_prompt_cut_frac": sum(r.prompt_cut for r in replies) / n_replies,
     }
     return Rewards(rewards, parsed_all, stats)

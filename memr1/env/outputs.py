@@ -80,6 +80,19 @@ def operation_summary(run: RunOutput, gold_ops: Mapping | None) -> dict:
     return out
 
 
+def answer_summary(run: RunOutput) -> dict[str, float]:
+    """The share of questions whose Answer Agent prompt dropped its lowest-ranked memories to
+    fit agents.max_prompt_tokens (`prompt_cut_frac`), whose reply the token budget cut before
+    **Answer:** (`cut_frac`) and that had no marker (`no_marker_frac`)."""
+    counts = run.stats.summary()["counters"].get("answers", {})
+    n = max(len(run.predictions), 1)
+    return {
+        "prompt_cut_frac": counts.get("prompt_cut", 0) / n,
+        "cut_frac": counts.get("cut_before_answer", 0) / n,
+        "no_marker_frac": counts.get("no_marker_fallback", 0) / n,
+    }
+
+
 def results_dict(
     run: RunOutput, meta: Mapping[str, Any], judge_scores=None, gold_ops=None
 ) -> dict[str, Any]:
@@ -92,6 +105,7 @@ def results_dict(
         "num_questions": len(run.predictions),
         "scores": summary,
         "operations": operation_summary(run, gold_ops),
+        "answers": answer_summary(run),
         "latency": run.stats.summary()["stages"],
     }
 

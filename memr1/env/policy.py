@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from memr1.env.prompts import Message, to_prompt_text
+from memr1.env.prompts import Message, Shrinkable, to_prompt_text
 from memr1.models.config import ModelConfig
 from memr1.sampling import Sampler, rollout_params
 
@@ -33,7 +33,12 @@ class Completion:
     ids: np.ndarray  # [R] int32, the generated tokens up to and including the stop token
     logprobs: np.ndarray  # [R] float32, under log_softmax(logits / temperature)
     finished: bool  # stopped on EOS rather than running out of max_new_tokens
-    prompt_truncated: bool = False
+    prompt_truncated: bool = False  # some of its droppable items went to fit the budget
+
+
+class PromptTooLongError(ValueError):
+    """A prompt over `agents.max_prompt_tokens` with nothing left that may be dropped: its fixed
+    part (instructions, question, facts) alone is over the budget."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,20 +54,29 @@ class SamplingConfig:
     @classmethod
     def from_config(cls, config, use: str) -> SamplingConfig:
         """How `use` samples: "extract", "manager" or "answer" (an agent of the memory
-        pipeline, at agents.temperature within agents.<use>_max_new_tokens), or "rollout" (the
-        policy being trained, at train.temperature within train.max_new_tokens)."""
+        pipeline, at agents.temperature), or "rollout" (the policy being trained, config.stage,
+        at train.temperature). Each agent has one budget, `agent_budget`, whatever samples it."""
         if use == "rollout":
-            t = config.train
-            return cls(temperature=t.temperature, max_new_tokens=t.max_new_tokens)
-        a = config.agents
-        budgets = {
-            "extract": a.extract_max_new_tokens,
-            "manager": a.manager_max_new_tokens,
-            "answer": a.answer_max_new_tokens,
-        }
-        if use not in budgets:
-            raise ValueError(f"sampling use {use!r}: expected rollout or one of {list(budgets)}")
-        return cls(temperature=a.temperature, max_new_tokens=budgets[use])
+            return cls(
+                temperature=config.train.temperature,
+                max_new_tokens=agent_budget(config, config.stage),
+            )
+        return cls(temperature=config.agents.temperature, max_new_tokens=agent_budget(config, use))
+
+
+def agent_budget(config, agent: str) -> int:
+    """`agents.<agent>_max_new_tokens`, the one reply budget of an agent: its training rollouts
+    and validation, the manager stage's reward (the frozen Answer Agent's replies) and
+    evaluation all read it, so an agent is never trained at one budget and scored at another."""
+    a = config.agents
+    budgets = {
+        "extract": a.extract_max_new_tokens,
+        "manager": a.manager_max_new_tokens,
+        "answer": a.answer_max_new_tokens,
+    }
+    if agent not in budgets:
+        raise ValueError(f"sampling use {agent!r}: expected rollout or one of {list(budgets)}")
+    return int(budgets[agent])
 
 
 class TextPolicy:
@@ -100,16 +114,50 @@ class TextPolicy:
         """The prompt text for chat messages (the tokenizer's chat template when it has one)."""
         return to_prompt_text(messages, self.tokenizer)
 
-    def encode(self, text: str) -> tuple[np.ndarray, bool]:
-        """Token ids of a rendered prompt, keeping its last `max_prompt_tokens` tokens."""
+    def _ids(self, messages: Sequence[Message]) -> list[int]:
         # A chat template writes its own special tokens into the text; a plain prompt gets the
         # tokenizer's (e.g. LLaMA's BOS) the way `generate` would add them.
         templated = bool(getattr(self.tokenizer, "chat_template", None))
-        ids = self.tokenizer.encode(text, add_special_tokens=not templated)
-        truncated = len(ids) > self.max_prompt_tokens
-        if truncated:
-            ids = ids[-self.max_prompt_tokens :]
-        return np.asarray(ids, np.int32), truncated
+        return list(self.tokenizer.encode(self.render(messages), add_special_tokens=not templated))
+
+    def _too_long(self, n_tokens: int, part: str) -> PromptTooLongError:
+        return PromptTooLongError(
+            f"{self.name}: {part} is {n_tokens} tokens, over agents.max_prompt_tokens="
+            f"{self.max_prompt_tokens}; raise the budget or shorten the prompt"
+        )
+
+    def encode(self, text: str) -> tuple[np.ndarray, bool]:
+        """Token ids of a rendered prompt with nothing droppable (a PromptTooLongError when it is
+        over `max_prompt_tokens`: cutting it would lose its instructions or its question)."""
+        templated = bool(getattr(self.tokenizer, "chat_template", None))
+        ids = list(self.tokenizer.encode(text, add_special_tokens=not templated))
+        if len(ids) > self.max_prompt_tokens:
+            raise self._too_long(len(ids), "a prompt with nothing that may be dropped")
+        return np.asarray(ids, np.int32), False
+
+    def fit(self, prompt: Sequence[Message] | Shrinkable) -> tuple[np.ndarray, bool]:
+        """(token ids, whether items were dropped) of chat messages or of a `Shrinkable` prompt
+        within `max_prompt_tokens`. A Shrinkable keeps as many of its best-ranked items as fit
+        (a binary search over `build(keep)`); its fixed part, `build(0)`, is never cut, and a
+        PromptTooLongError names the budget and that part's length when it alone is over."""
+        if not isinstance(prompt, Shrinkable):
+            return self.encode(self.render(prompt))
+        ids = self._ids(prompt)
+        if len(ids) <= self.max_prompt_tokens:
+            return np.asarray(ids, np.int32), False
+        fixed = self._ids(prompt.build(0))
+        if len(fixed) > self.max_prompt_tokens:
+            part = f"the prompt without its {prompt.what} (its fixed part)"
+            raise self._too_long(len(fixed), part)
+        lo, hi, best = 0, prompt.n - 1, fixed  # build(lo) fits; build(hi + 1) does not
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            mid_ids = self._ids(prompt.build(mid))
+            if len(mid_ids) <= self.max_prompt_tokens:
+                lo, best = mid, mid_ids
+            else:
+                hi = mid - 1
+        return np.asarray(best, np.int32), True
 
     def decode(self, ids: np.ndarray) -> str:
         ids = [int(i) for i in ids if int(i) not in self.eos_ids]
@@ -119,15 +167,17 @@ class TextPolicy:
 
     def complete(
         self,
-        conversations: Sequence[Sequence[Message]],
+        conversations: Sequence[Sequence[Message] | Shrinkable],
         sampling: SamplingConfig,
         *,
         key: jax.Array,
         num_samples: int = 1,
         params: Any = None,
     ) -> list[list[Completion]]:
-        """Samples `num_samples` completions for each chat; returns them per chat."""
-        prompts = [self.encode(self.render(m)) for m in conversations]
+        """Samples `num_samples` completions for each chat (messages, or a `Shrinkable` prompt
+        that drops its lowest-ranked items to fit `max_prompt_tokens`: `fit`); returns them per
+        chat, `prompt_truncated` marking a prompt that dropped some."""
+        prompts = [self.fit(m) for m in conversations]
         return self.complete_ids(prompts, sampling, key=key, num_samples=num_samples, params=params)
 
     def complete_ids(
@@ -145,14 +195,7 @@ class TextPolicy:
         dtype, whole on every data × fsdp device: `memr1.sampling.layout.rollout_params`), made
         once per call and dropped when it returns; weights already so laid out are used as is.
         """
-        params = self.params if params is None else params
-        if not all(getattr(x, "is_fully_addressable", True) for x in jax.tree.leaves(params)):
-            # Each process of a multi-host run samples its own prompts, on its own devices.
-            raise ValueError(
-                f"{self.name}: the sampling parameters live partly on other processes' devices; "
-                "pass a process-local copy (memr1.train.multihost.local_replica)"
-            )
-        params = rollout_params(params, self.cfg)
+        params = self._decode_params(params)
         out: list[list[Completion]] = []
         for start in range(0, len(prompts), self.batch_size):
             chunk = list(prompts[start : start + self.batch_size])
@@ -191,6 +234,22 @@ class TextPolicy:
                     )
                 out.append(samples)
         return out
+
+    def _decode_params(self, params: Any = None) -> Any:
+        params = self.params if params is None else params
+        if not all(getattr(x, "is_fully_addressable", True) for x in jax.tree.leaves(params)):
+            # Each process of a multi-host run samples its own prompts, on its own devices.
+            raise ValueError(
+                f"{self.name}: the sampling parameters live partly on other processes' devices; "
+                "pass a process-local copy (memr1.train.multihost.local_replica)"
+            )
+        return rollout_params(params, self.cfg)
+
+    def decode_copy(self, params: Any = None) -> TextPolicy:
+        """The same policy holding `params` (default: its own) laid out for decoding once
+        (`rollout_params`), so that the sampler calls of one rollout share one copy instead of
+        each laying out its own; drop it when the rollout ends."""
+        return self.with_params(self._decode_params(params))
 
     def with_batch_size(self, batch_size: int) -> TextPolicy:
         """The same policy (sharing its sampler, which compiles the new shape once) decoding

@@ -19,7 +19,7 @@ literal braces. The ``*_io`` modules render the field values (memory lists, dial
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,21 @@ AGENTS = ("facts", "manager", "answer", "answer_direct")
 ANSWER_MARKER = "**Answer:**"
 
 Message = dict[str, str]
+
+
+class Shrinkable(list):
+    """A prompt with parts that can go when it is over the token budget: as a list, its whole
+    chat messages (what a reader that is not a language model reads).
+
+    `build(keep)` renders the prompt with only the first `keep` of its `n` droppable items (the
+    best ranked first, e.g. retrieved memories): `build(n)` is the whole prompt and `build(0)`
+    its fixed part (instructions and question), which is never cut
+    (`memr1.env.policy.TextPolicy.fit`). `what` names the items in messages.
+    """
+
+    def __init__(self, build: Callable[[int], list[Message]], n: int, what: str = "memories"):
+        super().__init__(build(n))
+        self.build, self.n, self.what = build, int(n), what
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from memr1.env.answer_io import extract_final_answer, render_answer_input
+from memr1.env.answer_io import answer_prompt, extract_final_answer
 from memr1.env.manager_io import render_manager_input
 from memr1.env.manager_reward import ManagerState, RewardEnv, manager_rewards
 from memr1.env.policy import Completion, SamplingConfig, TextPolicy
@@ -36,7 +36,9 @@ class AnswerState:
 
 
 def answer_messages(state: AnswerState, *, style: str, distill: bool):
-    return render_answer_input(
+    """The Answer Agent's prompt of a state, dropping its lowest-ranked memories to fit the
+    prompt budget (`answer_prompt`), as evaluation's does."""
+    return answer_prompt(
         state.question, {s: list(m) for s, m in state.memories}, distill=distill, style=style
     )
 
@@ -66,7 +68,9 @@ def answer_rollout(
     and token F1, as evaluation scores them; validation reads both at G = 1, greedily)."""
     chats = [answer_messages(s, style=style, distill=distill) for s in states]
     start = time.perf_counter()
-    groups = policy.complete(chats, sampling, key=key, num_samples=group_size, params=params)
+    # One decode copy of the weights for all of the rollout's sampler calls.
+    policy = policy.decode_copy(params)
+    groups = policy.complete(chats, sampling, key=key, num_samples=group_size)
     sampled = time.perf_counter()
     rewards = np.zeros((len(states), group_size), np.float32)
     fallbacks, f1 = 0, 0.0
@@ -92,8 +96,9 @@ def answer_rollout(
 
 
 def prompt_truncated_frac(groups: Sequence[Sequence[Completion]]) -> float:
-    """The share of rows whose prompt was cut to `agents.max_prompt_tokens` (`TextPolicy.encode`
-    keeps its tail): distinct from `truncated_frac`, the replies cut at the budget."""
+    """The share of rows whose prompt dropped its lowest-ranked memories to fit
+    `agents.max_prompt_tokens` (`TextPolicy.fit`): distinct from `truncated_frac`, the replies
+    cut at the budget."""
     return float(np.mean([c.prompt_truncated for g in groups for c in g]))
 
 
@@ -112,8 +117,13 @@ def manager_rollout(
     chats = [manager_messages(s, style=style) for s in states]
     sample_key, answer_key = jax.random.split(key)
     start = time.perf_counter()
-    groups = policy.complete(chats, sampling, key=sample_key, num_samples=group_size, params=params)
+    # One decode copy of the policy's weights for all of its sampler calls, then the policy's
+    # copy goes and one of the frozen answerer's serves all of the reward's calls.
+    groups = policy.decode_copy(params).complete(
+        chats, sampling, key=sample_key, num_samples=group_size
+    )
     sampled = time.perf_counter()
+    env = dataclasses.replace(env, answerer=env.answerer.decode_copy())
     scored = manager_rewards(states, [[c.text for c in g] for g in groups], env, key=answer_key)
     kinds: collections.Counter = collections.Counter()
     for parsed in scored.parsed:

@@ -51,7 +51,7 @@ from memr1.env import load, rollout
 from memr1.env.answer import AnswerConfig
 from memr1.env.manager_reward import RewardEnv
 from memr1.env.memory_store import BankSpec
-from memr1.env.policy import SamplingConfig
+from memr1.env.policy import SamplingConfig, agent_budget
 from memr1.env.setup import check_memory_config
 from memr1.memory import BankOverflowError
 from memr1.models import config as model_config
@@ -250,6 +250,8 @@ def check_settings(config, *, sft_data, tuples, val_tuples=None, val_sft_data=No
     loop.LoopConfig.from_config(config)
     if isinstance(t.keep, bool) or not isinstance(t.keep, int) or t.keep < 1:
         raise ValueError(f"config train.keep={t.keep!r}: must be an integer >= 1")
+    if t.rollout_batch_size < 0:
+        raise ValueError(f"config train.rollout_batch_size={t.rollout_batch_size}: must be >= 0")
     lora.LoraConfig.from_config(config)  # refuses a bad rank, alpha or module regex
     if config.algo == "sft" and not sft_data:
         raise ValueError("algo=sft needs --sft_data (JSONL of {messages, target})")
@@ -290,6 +292,11 @@ def rl_states(config, models: Models, policy, tuples, env=None) -> tuple[list, C
     from memr1.tuples.io import read_tuples
 
     t = config.train
+
+    def rows(batch_states):
+        # The rollout's own batch (train.rollout_batch_size), not evaluation's agents.batch_size.
+        return policy.with_batch_size(t.rollout_batch_size or len(batch_states))
+
     kw = dict(
         group_size=t.group_size,
         sampling=SamplingConfig.from_config(config, "rollout"),
@@ -299,8 +306,9 @@ def rl_states(config, models: Models, policy, tuples, env=None) -> tuple[list, C
         states = [rollout.answer_state_from_tuple(x) for x in read_tuples(tuples, "answer")]
 
         def do_rollout(params, batch_states, key):
+            distill = config.agents.distill
             return rollout.answer_rollout(
-                policy, params, batch_states, key=key, distill=config.agents.distill, **kw
+                rows(batch_states), params, batch_states, key=key, distill=distill, **kw
             )
 
         return states, do_rollout
@@ -311,7 +319,9 @@ def rl_states(config, models: Models, policy, tuples, env=None) -> tuple[list, C
     env = env or reward_env(config, models)
 
     def do_rollout(params, batch_states, key):
-        return rollout.manager_rollout(policy, params, batch_states, key=key, env=env, **kw)
+        return rollout.manager_rollout(
+            rows(batch_states), params, batch_states, key=key, env=env, **kw
+        )
 
     return states, do_rollout
 
@@ -395,7 +405,7 @@ def train(
             update,
             states,
             do_rollout,
-            response_width=t.max_new_tokens,
+            response_width=agent_budget(config, config.stage),
             validate=validate,
             **run,
         )

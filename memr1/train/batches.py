@@ -111,8 +111,8 @@ def rollout_rows(
 
     `groups` and `rewards_BG` [B/P, G] are this process's share of the step's states
     (`multihost.process_slice`), `rollout_stats` its rollout's metrics. `response_width` is the
-    rollout's budget (`train.max_new_tokens`): replies are cut there. Rows are packed at the
-    `width_bucket` of the step's longest prompt and of its longest reply on any process, so that
+    rollout's budget (`agents.<stage>_max_new_tokens`): replies are cut there. Rows are packed at
+    the `width_bucket` of the step's longest prompt and of its longest reply on any process, so that
     every process's rows have one shape and the update runs as many columns as the data needs
     (the widths are those of every rolled-out group, before any choice below). Advantages are
     per group and a group never spans processes, so they are computed here; PPO's whitening runs

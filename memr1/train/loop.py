@@ -334,8 +334,8 @@ def run_rl(
     the logged metrics cover the whole step (`memr1.train.multihost`, `batches.rollout_rows`).
 
     `rollout(params, states, key) -> (groups, rewards [B, G], stats)`; `update` from
-    `make_rl_update`. `response_width` is the rollout's budget (`train.max_new_tokens`), not
-    the batch's width: each step's rows are as wide as its own longest prompt and reply
+    `make_rl_update`. `response_width` is the rollout's budget (`agents.<stage>_max_new_tokens`),
+    not the batch's width: each step's rows are as wide as its own longest prompt and reply
     (`batches.rollout_rows`), and the update logs the share of padding as `pad_frac`.
     `validate(params, step)` (with `cfg.eval_every` > 0) gets the same process-local replica
     of the weights a rollout gets.

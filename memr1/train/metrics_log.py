@@ -135,7 +135,7 @@ def warn_shares(step: int, metrics: Mapping[str, float], warn=None) -> list[str]
 
 _SHARE_HINTS = {
     "answerer_cut_frac": "raise agents.answer_max_new_tokens",
-    "malformed_frac": "check the manager's reply format, or raise train.max_new_tokens",
+    "malformed_frac": "check the manager's reply format, or raise agents.manager_max_new_tokens",
 }
 
 

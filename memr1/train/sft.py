@@ -127,7 +127,10 @@ def read_sft_pairs(path: str, policy) -> list[tuple[list[int], list[int]]]:
             except (json.JSONDecodeError, KeyError, TypeError) as err:
                 msg = f"{path}: line {n}: not a {{messages, target}} object ({err})"
                 raise ValueError(msg) from err
-            prompt, _ = policy.encode(policy.render(messages))
+            try:
+                prompt, _ = policy.encode(policy.render(messages))
+            except ValueError as err:  # over agents.max_prompt_tokens: never cut at its head
+                raise ValueError(f"{path}: line {n}: {err}") from err
             ids = policy.tokenizer.encode(target, add_special_tokens=False)
             pairs.append((prompt.tolist(), list(ids) + [policy.eos_ids[0]]))
     if not pairs:

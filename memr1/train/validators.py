@@ -33,7 +33,7 @@ import numpy as np
 
 from memr1.env import rollout
 from memr1.env.manager_reward import RewardEnv
-from memr1.env.policy import SamplingConfig, TextPolicy
+from memr1.env.policy import SamplingConfig, TextPolicy, agent_budget
 from memr1.train import multihost
 from memr1.train.loop import bucket_length
 from memr1.train.sft import eval_sft_loss, sft_batch
@@ -236,7 +236,9 @@ def for_rl(config, policy: TextPolicy, records: Sequence[Any], env: RewardEnv | 
     if not records:
         return None
     t = config.train
-    kw = dict(max_new_tokens=t.max_new_tokens, style=config.agents.style, rows=t.val_batch_size)
+    # The stage's one budget, as its rollouts and evaluation read it.
+    budget = agent_budget(config, config.stage)
+    kw = dict(max_new_tokens=budget, style=config.agents.style, rows=t.val_batch_size)
     kw["seed"] = config.seed
     if config.stage == "answer":
         states = [rollout.answer_state_from_tuple(x) for x in records]

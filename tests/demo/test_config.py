@@ -59,7 +59,7 @@ def test_the_full_demo_stages_run_with_these_flags():
         # Validation changes no update (it only reads the weights): the numbers stand.
         "--config.train.eval_every=15",
         "--config.train.group_size=8",
-        "--config.train.max_new_tokens=40",
+        "--config.train.rollout_batch_size=16",
     ]
     assert _flags("answer", "grpo") == _shared(16) + answer
     assert _flags("answer", "ppo") == _shared(16) + answer + [
@@ -73,13 +73,29 @@ def test_the_full_demo_stages_run_with_these_flags():
         "--config.train.checkpoint_every=30",
         "--config.train.eval_every=5",
         "--config.train.group_size=8",
-        "--config.train.max_new_tokens=64",
+        "--config.train.rollout_batch_size=8",
     ]
     assert _flags("manager", "grpo") == _shared(8) + manager
     assert _flags("manager", "ppo") == _shared(8) + manager + ["--config.train.critic_lr=0.001"]
     assert _flags("eval", None) == _shared(8) + ["--config.train.warmup_steps=5"]
     with pytest.raises(ValueError, match="unknown stage 'copy'"):
         stage_overrides(get_config(), 0, stage="copy")
+
+
+@pytest.mark.parametrize("arg, answer, manager", [(None, 40, 64), ("quick", 24, 32)])
+def test_each_agent_keeps_the_budget_the_demo_measured_with(arg, answer, manager):
+    """The RL stages trained at train.max_new_tokens, which the demo set to the agent's budget:
+    with one budget per agent, each stage's rollouts, and the manager stage's frozen answerer,
+    read the same numbers as before (40 / 64, quick 24 / 32)."""
+    from memr1.env.answer import AnswerConfig
+    from memr1.env.policy import SamplingConfig
+
+    c = get_config(arg)
+    for stage, want in (("answer", answer), ("manager", manager)):
+        config = load_config(f"stage={stage},runlocal", stage_overrides(c, 0, stage=stage))
+        assert SamplingConfig.from_config(config, "rollout").max_new_tokens == want
+        assert SamplingConfig.from_config(config, stage).max_new_tokens == want
+        assert AnswerConfig.from_config(config).sampling.max_new_tokens == answer
 
 
 @pytest.mark.parametrize("arg", [None, "quick"])

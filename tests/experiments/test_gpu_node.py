@@ -56,6 +56,27 @@ def test_overrides_that_are_set_pass_through(tmp_path):
     assert bad.returncode == 2 and "MEMR1_MESH=2,4" in bad.stderr
 
 
+def test_one_budget_per_agent_in_training_reward_and_evaluation(tmp_path):
+    """MEMR1_MAX_RESPONSE sets both agents' one budget on every stage that samples them: the
+    training stages (the manager stage's frozen answerer included) and evaluation, which runs
+    at the recipe's budgets (2,048) when it is unset, as training does."""
+    locomo = tmp_path / "locomo10.json"
+    locomo.write_text("[]")
+    stages = ("answer", "manager", "evaluate")
+    want = [
+        "--config.agents.answer_max_new_tokens=64",
+        "--config.agents.manager_max_new_tokens=64",
+    ]
+    proc = _dry_run(tmp_path, *stages, MEMR1_MAX_RESPONSE="64", MEMR1_LOCOMO=str(locomo))
+    assert proc.returncode == 0, proc.stderr
+    commands = [shlex.split(line) for line in proc.stdout.splitlines() if "-m" in line]
+    assert len(commands) == 3
+    for command in commands:
+        assert all(flag in command for flag in want), command
+        assert command[command.index("--config") + 1].endswith(",recipe=paper")
+    assert "max_new_tokens" not in _dry_run(tmp_path, *stages, MEMR1_LOCOMO=str(locomo)).stdout
+
+
 def test_the_tpu_script_launches_the_same_training_commands(tmp_path):
     """tpu_pod.sh only sets up the process group and calls gpu_node.sh: its training commands
     are the ones test_launch_tiny.py runs on 8 fake devices."""

@@ -64,9 +64,9 @@ def test_every_stage_of_the_gpu_script_runs_with_its_own_flags(tmp_path):
         "MEMR1_STEPS": "2",
         "MEMR1_BATCH": "8",
         "MEMR1_GROUP": "2",
+        # Both agents' budget, in training, the manager stage's reward and evaluation.
         "MEMR1_MAX_RESPONSE": "12",
-        "MEMR1_EVAL_ARGS": "--config.data.max_questions=3 --config.agents.answer_max_new_tokens=8 "
-        "--config.agents.manager_max_new_tokens=12 --config.memory.retriever=exact_numpy",
+        "MEMR1_EVAL_ARGS": "--config.data.max_questions=3 --config.memory.retriever=exact_numpy",
     }
     commands = _printed_commands(env)
     # The train and validation tuples, answer, manager, evaluate, and the export of two agents.

@@ -20,12 +20,16 @@ def _config():
     config.agents.update(answer_max_new_tokens=13, style="full", distill=False)
     config.memory.update(capacity=21, text_bytes=22, log_capacity=23, overflow="raise")
     config.memory.update(retriever="exact_numpy", fact_source="turn", k_per_fact=4, k_per_speaker=6)
-    config.train.update(temperature=0.7, max_new_tokens=14)
+    config.train.temperature = 0.7
     return config
 
 
-def test_sampling_reads_the_agents_budget_or_the_rollouts():
+@pytest.mark.parametrize("stage, budget", [("manager", 12), ("answer", 13)])
+def test_sampling_reads_the_agents_budget_and_rollouts_their_stages(stage, budget):
+    """One budget per agent: the training rollout of a stage samples at train.temperature
+    within the stage's agent budget, the one its evaluation and reward read."""
     config = _config()
+    config.stage = stage
     got = {}
     for use in ("extract", "manager", "answer", "rollout"):
         sampling = SamplingConfig.from_config(config, use)
@@ -34,10 +38,19 @@ def test_sampling_reads_the_agents_budget_or_the_rollouts():
         "extract": (0.3, 11, None, None),
         "manager": (0.3, 12, None, None),
         "answer": (0.3, 13, None, None),
-        "rollout": (0.7, 14, None, None),
+        "rollout": (0.7, budget, None, None),
     }
     with pytest.raises(ValueError, match="'judge'"):
         SamplingConfig.from_config(config, "judge")
+
+
+def test_training_has_no_budget_of_its_own():
+    """A rollout budget apart from the agent's (train.max_new_tokens, which once trained at
+    2,048 what the reward and evaluation cut at 256) is no longer a setting: overriding it fails
+    by name, as any mistyped key does."""
+    config = _config()
+    with pytest.raises(AttributeError, match="max_new_tokens"):
+        config.train.max_new_tokens = 2048
 
 
 def test_answer_ingest_and_bank_read_their_keys():

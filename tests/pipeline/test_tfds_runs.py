@@ -56,7 +56,7 @@ def _train(synth_dir, tuples: str, workdir: Path) -> list[dict]:
          "--config=configs/memr1.py:runlocal,algo=grpo,stage=answer",
          f"--config.tokenizer_dir={synth_dir / 'tokenizer'}", f"--tuples={tuples}",
          f"--workdir={workdir}", "--config.train.steps=2", "--config.train.batch_size=2",
-         "--config.train.group_size=2", "--config.train.max_new_tokens=6",
+         "--config.train.group_size=2", "--config.agents.answer_max_new_tokens=6",
          "--config.train.checkpoint_every=2", "--config.agents.max_prompt_tokens=512"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip

@@ -68,7 +68,7 @@ def grpo_run(synth_dir, tuples):
         f"--tuples={train}", f"--val_tuples={val}", f"--workdir={workdir}",
         "--config.train.steps=4", "--config.train.eval_every=2", "--config.train.keep=1",
         "--config.train.batch_size=2", "--config.train.group_size=2",
-        "--config.train.max_new_tokens=6", "--config.train.checkpoint_every=4",
+        "--config.agents.answer_max_new_tokens=6", "--config.train.checkpoint_every=4",
         "--config.agents.max_prompt_tokens=512",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -139,9 +139,7 @@ def test_shared_prompt_step_equals_whole_rows(policy, reference, n_micro):
     setup, s0 = policy
     g = 2
     batch = _grouped(g)
-    cfg = dict(
-        n_micro=n_micro, kl_beta=0.05, group_size=g, max_new_tokens=tiny.LENGTH - tiny.PROMPT
-    )
+    cfg = dict(n_micro=n_micro, kl_beta=0.05, group_size=g)
     shared_cfg = tiny.grpo_config(shared_prompt=True, **cfg)
     assert shared_cfg.prompt_group == g
     l1, g1, m1 = steps.make_grpo_step(setup, tiny.grpo_config(**cfg), grads_only=True)(
@@ -171,9 +169,7 @@ def test_shared_prompt_refuses_bad_shapes(policy):
     with pytest.raises(ValueError, match="'prompt_mask'"):
         steps.make_grpo_step(setup, shared).trace(s0, tiny.grpo_batch())
     # 8 rows do not split into 2 micro-batches of whole groups of 8.
-    cfg = tiny.grpo_config(
-        shared_prompt=True, group_size=8, max_new_tokens=10, n_micro=2, kl_beta=0.0
-    )
+    cfg = tiny.grpo_config(shared_prompt=True, group_size=8, n_micro=2, kl_beta=0.0)
     with pytest.raises(ValueError, match="whole groups of 8"):
         steps.make_grpo_step(setup, cfg).trace(s0, _grouped(8))
 
@@ -181,7 +177,7 @@ def test_shared_prompt_refuses_bad_shapes(policy):
 def test_grpo_config_reads_the_train_section():
     config = tiny.config("runlocal,algo=grpo")
     config.train.update(clip_eps=0.3, kl_beta=0.01, kl_estimator="k2", temperature=0.7)
-    config.train.update(n_micro=2, group_size=3, max_new_tokens=11)
+    config.train.update(n_micro=2, group_size=3)
     cfg = grpo.GRPOConfig.from_config(config)
     got = {k: getattr(cfg, k) for k in ("clip_eps", "kl_beta", "kl_estimator", "temperature")}
     assert got == {"clip_eps": 0.3, "kl_beta": 0.01, "kl_estimator": "k2", "temperature": 0.7}

@@ -29,7 +29,9 @@ def bag_of_words(texts):
 
 
 def reply(text, finished=True):
-    return SimpleNamespace(text=text, ids=np.zeros(3, np.int32), finished=finished)
+    return SimpleNamespace(
+        text=text, ids=np.zeros(3, np.int32), finished=finished, prompt_truncated=False
+    )
 
 
 class RuleAnswerer:
@@ -204,6 +206,7 @@ def test_replies_cut_before_the_answer_and_malformed_replies_are_counted():
         "malformed_frac": 0.0,
         "answerer_cut_frac": 0.0,
         "answerer_no_marker_frac": 0.0,
+        "answerer_prompt_cut_frac": 0.0,
     }
 
 

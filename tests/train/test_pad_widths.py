@@ -106,7 +106,7 @@ def test_shared_prompt_loss_on_a_bucketed_batch_equals_whole_rows(policy, refere
     assert batch["tokens"].shape == (8, 32)
     fields = grpo.FIELDS + ("prompt_mask", "old_logp")
     batch = {k: batch[k] for k in fields}
-    cfg = dict(n_micro=2, kl_beta=0.05, group_size=g, max_new_tokens=48)
+    cfg = dict(n_micro=2, kl_beta=0.05, group_size=g)
     l1, g1, m1 = steps.make_grpo_step(setup, tiny.grpo_config(**cfg), grads_only=True)(
         s0, batch, reference
     )
@@ -140,7 +140,7 @@ def test_steps_with_different_reply_lengths_compile_one_program_per_width(
         return built[-1]
 
     monkeypatch.setattr(steps, "make_grpo_step", spy)
-    cfg = tiny.grpo_config(shared_prompt=True, group_size=2, kl_beta=0.0, max_new_tokens=48)
+    cfg = tiny.grpo_config(shared_prompt=True, group_size=2, kl_beta=0.0)
     update = loop.make_rl_update(setup, "grpo", grpo_cfg=cfg)
     lengths = {0: 4, 1: 40, 2: 6}
     calls = []

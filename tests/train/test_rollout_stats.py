@@ -23,7 +23,7 @@ def test_answer_rollout_logs_cut_prompts_apart_from_cut_replies():
     cut = iter([True, True, False, True])
     done = iter([True, False, True, True])
 
-    def complete(chats, sampling, *, key, num_samples, params):
+    def complete(chats, sampling, *, key, num_samples):
         return [
             [
                 Completion(
@@ -39,8 +39,10 @@ def test_answer_rollout_logs_cut_prompts_apart_from_cut_replies():
             for _ in chats
         ]
 
+    policy = types.SimpleNamespace(complete=complete)
+    policy.decode_copy = lambda params: policy
     _, rewards, stats = rollout.answer_rollout(
-        types.SimpleNamespace(complete=complete),
+        policy,
         None,
         [STATE, STATE],
         group_size=2,

@@ -55,9 +55,7 @@ def rollout():
 
 def _first_step(rollout, algo: str, temperature: float) -> dict:
     setup, s0, batch = rollout
-    config = tiny.config(
-        f"stage=answer,algo={algo}", temperature=temperature, group_size=G, max_new_tokens=NEW
-    )
+    config = tiny.config(f"stage=answer,algo={algo}", temperature=temperature, group_size=G)
     ref = state.make_reference(setup, s0.params) if config.train.kl_beta > 0 else None
     if algo == "grpo":
         update = loop.make_rl_update(
