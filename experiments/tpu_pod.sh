@@ -12,8 +12,10 @@
 # program; `tuples` and `export` need no accelerator and run on process 0 only, on its CPU (the
 # other hosts return at once); `evaluate` is a one-process job: run
 # `experiments/gpu_node.sh evaluate` on a single-host machine (a GPU node or a single-host TPU VM)
-# with the same MEMR1_RUN_DIR. MEMR1_RUN_DIR must be a file system every host sees at the same
-# path (NFS / Filestore, or a gcsfuse mount): every process writes its shards of each checkpoint.
+# with the same MEMR1_RUN_DIR. MEMR1_RUN_DIR must be a POSIX file system every host sees at the
+# same path (NFS / Filestore): every process writes its shards of each checkpoint, which Orbax
+# commits with an atomic directory rename that a gcsfuse mount does not provide (see
+# experiments/README.md, "Checkpoints on a bucket").
 #
 # How the processes find each other: memr1.train calls
 # memr1.train.mesh.maybe_initialize_distributed(), which reads either

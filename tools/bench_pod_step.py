@@ -361,6 +361,7 @@ def estimate_bytes(args, config, **workload) -> dict:
         group=config.train.group_size,
         kl_beta=config.train.kl_beta,
         stage=args.stage,
+        backend="cpu",  # XLA:CPU's programs, whose bf16 intermediates are float32
     )
     return me.estimate(args.size, setup, dataclasses.replace(w, **workload), layers=args.layers)
 
@@ -434,7 +435,8 @@ def run(args) -> dict:
             est = estimate_bytes(
                 args, config, prompt=row["prompt_width"], response=row["reply_width"]
             )
-            row["estimate_bytes"] = est["resident"] - est["answer_agent"] + est["update"]
+            partner = est["answer_agent"] + est["answer_agent_replica"]
+            row["estimate_bytes"] = est["resident"] - partner + est["update"]
         else:
             est = estimate_bytes(
                 args, config, prompt=row["prompt_width"], response=row["budget"],

@@ -1,8 +1,8 @@
 """What runs inside the drill's subprocesses, printing markers the parent acts on.
 
     python -m memr1.drill.workers train -- TRAIN_CLI_ARGS   the train CLI, printing
-        "SAVE-BEGIN k", "SAVE-END k" around checkpoint saves, "RESTORED k" on resume and
-        "LOGGED k" after each metrics.jsonl record
+        "SAVE-BEGIN k" when a checkpoint save begins, "SAVE-END k" once it is final on disk,
+        "RESTORED k" on resume and "LOGGED k" after each metrics.jsonl record
     python -m memr1.drill.workers bank DIR K                 saves tagged banks K, K + 1, ...
         into DIR until killed, printing "SAVE-BEGIN k" / "SAVE-END k"
 
@@ -17,22 +17,26 @@ import sys
 import time
 
 
-def stall_finalize(seconds: float) -> None:
-    """Slows Orbax's last act of a save (commit marker + rename) so a kill can land inside it."""
+def stall_finalize(seconds: float, on_final=None) -> None:
+    """Slows Orbax's last act of a save (commit marker + rename) so a kill can land inside it;
+    `on_final(path)` is called once a step directory is final."""
     from orbax.checkpoint._src.path import atomicity
 
     finalize = atomicity.AtomicRenameTemporaryPath.finalize
 
     async def stalled(self, *args, **kwargs):
-        time.sleep(seconds)
-        return await finalize(self, *args, **kwargs)
+        if seconds > 0:
+            time.sleep(seconds)
+        out = await finalize(self, *args, **kwargs)
+        if on_final is not None:
+            on_final(self.get_final())
+        return out
 
     atomicity.AtomicRenameTemporaryPath.finalize = stalled
 
 
-def _stall_from_env() -> None:
-    if float(os.environ.get("DRILL_STALL_S", "0")) > 0:
-        stall_finalize(float(os.environ["DRILL_STALL_S"]))
+def _stall_from_env(on_final=None) -> None:
+    stall_finalize(float(os.environ.get("DRILL_STALL_S", "0")), on_final)
 
 
 def say(line: str) -> None:
@@ -48,11 +52,11 @@ def train_worker(argv: list[str]) -> None:
     from memr1.train.metrics_log import MetricsWriter
 
     class Marked(Checkpointer):
+        # SAVE-END is said when the step directory is final (`_stall_from_env`), not when
+        # `save` returns: under async saving that is before the write.
         def save(self, step, state, data_position, *, force=False):
             say(f"SAVE-BEGIN {step}")
-            saved = super().save(step, state, data_position, force=force)
-            say(f"SAVE-END {step}")
-            return saved
+            return super().save(step, state, data_position, force=force)
 
         def restore_latest(self, abstract_state, shardings=None):
             restored = super().restore_latest(abstract_state, shardings)
@@ -66,7 +70,11 @@ def train_worker(argv: list[str]) -> None:
         write(self, step, metrics, prefix)
         say(f"LOGGED {step}")
 
-    _stall_from_env()
+    def final(path):
+        if path.name.isdigit():  # a step directory (its items finalise inside it)
+            say(f"SAVE-END {path.name}")
+
+    _stall_from_env(final)
     cli.Checkpointer = Marked
     MetricsWriter.write = logged
     app.run(cli.main, argv=["memr1.train", *argv])

@@ -13,8 +13,8 @@ Training tuples come from `python -m memr1.tuples`; SFT data is JSONL of
 {"messages": [...chat...], "target": "reply"} (e.g. a stronger model's traces: Memory-SFT).
 The partner agent is frozen while one trains (the paper's choice): the manager stage's reward
 comes from the Answer Agent of --answer_checkpoint (the backbone's own weights if unset).
-Checkpoints (Orbax) go to WORKDIR/checkpoints and resume automatically; metrics to WORKDIR/logs
-(TensorBoard + metrics.jsonl).
+Checkpoints (Orbax) go to WORKDIR/checkpoints, written asynchronously, and resume automatically;
+metrics to WORKDIR/logs (TensorBoard + metrics.jsonl).
 
 Validation: --config.train.eval_every=K with --val_tuples (tuples of the validation split:
 `python -m memr1.tuples --config.data.split=validation`, or tfds:DATA_DIR:validation) for GRPO /
@@ -369,6 +369,9 @@ def train(
             workdir / "checkpoints",
             keep=t.keep,
             keep_best=bool(t.eval_every and t.keep_best),
+            # Written while training continues; every read of the directory, the next save
+            # and the exit (also on an error) wait for it (`memr1.train.checkpoint`).
+            async_save=True,
             metadata=lora.checkpoint_metadata(models.lora),
         ) as ckpt,
         MetricsWriter(workdir / "logs") as writer,

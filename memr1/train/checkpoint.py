@@ -23,9 +23,22 @@ legacy `best_fn` option, which then keeps the N best instead of the last N; henc
 here.) Every reader names a checkpoint as `DIR` (the latest step), `DIR:STEP` or `DIR:best`
 (`resolve_checkpoint`).
 
-Saving is synchronous by default: the state is on disk when `save` returns, which keeps runs
-deterministic and simple to reason about. `async_save=True` lets training continue while the
-arrays are written (call `wait()` before exiting).
+Saving: synchronous by default (the state is on disk when `save` returns); `async_save=True`
+(what `memr1.train` uses) returns once the arrays are copied off the devices and writes them in
+a background thread while training continues, so a 7B GRPO state (~92 GB: float32 weights and
+two AdamW moments) costs the loop a device-to-host copy, not the write. The host then holds that
+copy of its own shards until the write ends. The state is donated to the next step, which is
+safe: Orbax's copy is taken before `save` returns. Whatever reads the directory waits for an
+unfinished save first (`all_steps`, `latest_step`, `position`, `restore*`, metadata), as do the
+next `save` and `close`, so a reader never sees a half-written step as missing and a process
+never exits before its last save is on disk; a process killed mid-write leaves only Orbax's
+temporary directory, and the previous checkpoints stay. Under `keep_best` the pruning of old
+steps waits until the new step is final, so a kill mid-write never finds them deleted.
+
+Directories: a local or network POSIX path, or a `gs://bucket/...` URL, which Orbax writes
+through its own GCS support (commit marker instead of a rename). A bucket mounted with gcsfuse
+does not rename directories atomically (and may not list them consistently): give the gs:// URL
+instead (experiments/README.md).
 """
 
 from __future__ import annotations
@@ -36,6 +49,7 @@ from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+from etils import epath
 
 from memr1.train import lora
 from memr1.train.state import TrainState
@@ -64,9 +78,12 @@ class Checkpointer:
         """`metadata`: JSON-serialisable settings saved with every step (e.g. the LoRA rank and
         alpha, which a reader needs to merge the adapters); see `step_metadata`. `keep_best`:
         also keep the step that the saved data position names as `"best"` (module docstring)."""
-        self.directory = os.path.abspath(os.fspath(directory))
+        self.directory = _absolute(directory)
         self._metadata = dict(metadata) if metadata else None
         self._keep, self._keep_best = keep, keep_best
+        self._async = async_save
+        self._unpruned = False  # a keep_best save whose pruning waits for its commit
+        self._best: Mapping[str, Any] | None = None
         options = ocp.CheckpointManagerOptions(
             # Under keep_best the pruning is ours (`_prune`): Orbax would delete the best step.
             max_to_keep=None if keep_best else keep,
@@ -80,10 +97,12 @@ class Checkpointer:
     def save(
         self, step: int, state: TrainState, data_position: Mapping[str, Any], *, force: bool = False
     ) -> bool:
-        """Writes `state` and the JSON-serialisable `data_position` as checkpoint `step`.
+        """Writes `state` and the JSON-serialisable `data_position` as checkpoint `step` (in the
+        background under `async_save`: see the module docstring).
 
         Returns False if the manager's save policy skipped this step.
         """
+        self.wait()  # the previous save is final (Orbax would wait too) and pruned
         args = ocp.args.Composite(
             state=ocp.args.PyTreeSave(state),
             data=ocp.args.JsonSave(dict(data_position)),
@@ -92,12 +111,17 @@ class Checkpointer:
             int(step), args=args, force=force, custom_metadata=self._metadata
         )
         if saved and self._keep_best:
-            self._prune(data_position.get(BEST))
+            self._best, self._unpruned = data_position.get(BEST), True
+            if not self._async:
+                self._prune()
         return saved
 
-    def _prune(self, best: Mapping[str, Any] | None) -> None:
-        """Deletes the finalised steps that are neither among the last `keep` nor the best."""
-        steps = self.all_steps()
+    def _prune(self) -> None:
+        """Deletes the finalised steps that are neither among the last `keep` nor the best
+        (named by the last save's position); called once that save is final."""
+        self._unpruned = False
+        best = self._best
+        steps = self._final_steps()
         kept = set(steps[-self._keep :]) | ({int(best["step"])} if best else set())
         for step in steps:
             if step not in kept:
@@ -105,6 +129,7 @@ class Checkpointer:
 
     def position(self, step: int) -> dict[str, Any]:
         """The data position saved with `step` (no arrays are read)."""
+        self.wait()
         args = ocp.args.Composite(data=ocp.args.JsonRestore())
         return dict(self._manager.restore(int(step), args=args)["data"])
 
@@ -115,26 +140,33 @@ class Checkpointer:
         return None if step is None else self.position(step).get(BEST)
 
     def all_steps(self) -> list[int]:
-        """Finalised steps, oldest first (temporary or marker-less step directories excluded)."""
+        """Finalised steps, oldest first (temporary or marker-less step directories excluded);
+        waits for an unfinished save first."""
+        self.wait()
+        return self._final_steps()
+
+    def _final_steps(self) -> list[int]:
         steps = self._manager.all_steps(read=True)
-        return sorted(s for s in steps if os.path.exists(self._commit_marker(s)))
+        return sorted(s for s in steps if self._commit_marker(s).exists())
 
     def latest_step(self) -> int | None:
         """The newest finalised step, or None."""
         steps = self.all_steps()
         return steps[-1] if steps else None
 
-    def _commit_marker(self, step: int) -> str:
-        return os.path.join(self.directory, str(step), COMMIT_MARKER)
+    def _commit_marker(self, step: int) -> epath.Path:
+        return epath.Path(self.directory) / str(step) / COMMIT_MARKER
 
     def step_metadata(self, step: int) -> dict[str, Any]:
         """The custom metadata saved with `step` ({} when none was)."""
+        self.wait()
         return dict(self._manager.metadata(int(step)).custom_metadata or {})
 
     def param_metadata(self, step: int) -> dict[tuple[str, ...], Any]:
         """Shape and dtype metadata of each policy parameter saved in `step`, keyed by its path
         (strings, e.g. ("layers", "0", "attn", "wq")); read from the step, no arrays loaded."""
-        step_dir = os.path.join(self.directory, str(int(step)), "state")
+        self.wait()
+        step_dir = epath.Path(self.directory) / str(int(step)) / "state"
         tree = ocp.PyTreeCheckpointer().metadata(step_dir).item_metadata
         out = {}
         for path, leaf in jax.tree_util.tree_flatten_with_path(tree["params"])[0]:
@@ -156,6 +188,7 @@ class Checkpointer:
         Returns:
           (state, data_position).
         """
+        self.wait()
         target = _with_shardings(abstract_state, shardings)
         args = ocp.args.Composite(
             state=ocp.args.PyTreeRestore(
@@ -179,6 +212,7 @@ class Checkpointer:
         Raises:
           FileNotFoundError: if the directory holds no finalised checkpoint.
         """
+        self.wait()
         step = self.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"{self.directory}: no finalised checkpoint to restore")
@@ -202,18 +236,29 @@ class Checkpointer:
         return self.restore(step, abstract_state, shardings)
 
     def wait(self) -> None:
-        """Blocks until an asynchronous save has been finalised."""
+        """Blocks until an asynchronous save is final (then prunes under `keep_best`); a no-op
+        when none is under way. Raises what the background write raised."""
         self._manager.wait_until_finished()
+        if self._unpruned:
+            self._prune()
 
     def close(self) -> None:
-        self._manager.wait_until_finished()
-        self._manager.close()
+        try:
+            self.wait()
+        finally:
+            self._manager.close()
 
     def __enter__(self) -> Checkpointer:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _absolute(directory: str | os.PathLike) -> str:
+    """An absolute local path, or a URL (gs://...) as given."""
+    text = os.fspath(directory)
+    return text if "://" in text else os.path.abspath(text)
 
 
 def _with_shardings(abstract: Any, shardings: Any) -> Any:
@@ -247,7 +292,7 @@ def resolve_checkpoint(spec: str | os.PathLike) -> tuple[str, int]:
         (a run without validation or train.keep_best).
     """
     directory, name = split_spec(spec)
-    if not os.path.isdir(directory):
+    if not epath.Path(directory).is_dir():
         raise FileNotFoundError(f"{directory}: checkpoint directory does not exist")
     with Checkpointer(directory) as ckpt:
         steps = ckpt.all_steps()

@@ -10,6 +10,7 @@ one, and every other step runs the production step itself.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import jax
@@ -92,14 +93,20 @@ def test_skip_refuses_poisoned_steps_logs_them_and_finishes(sft_policy, pairs, t
     assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(final.params))
 
 
-@pytest.mark.parametrize("kind", ["loss", "grads"])
+ASYNC = functools.partial(Checkpointer, async_save=True)  # as `memr1.train` saves
+
+
+@pytest.mark.parametrize(
+    ("kind", "saving"), [("loss", "sync"), ("grads", "sync"), ("loss", "async")]
+)
 def test_stop_exits_at_the_poisoned_step_and_keeps_the_last_good_checkpoint(
-    sft_policy, pairs, tmp_path, kind
+    sft_policy, pairs, tmp_path, kind, saving
 ):
     setup = sft_policy[0]
+    checkpointer = ASYNC if saving == "async" else Checkpointer
     with pytest.raises(NonFiniteError, match="step 3: non-finite"):
         _run(sft_policy, pairs, tmp_path / "stop", steps=6, inject_nonfinite=((3, kind),),
-             on_nonfinite="stop")  # fmt: skip
+             on_nonfinite="stop", checkpointer=checkpointer)  # fmt: skip
     with Checkpointer(tmp_path / "stop" / "ckpt") as ckpt:
         assert ckpt.all_steps() == [1, 2, 3], "a checkpoint holding the refused step was saved"
     records = _records(tmp_path / "stop")
@@ -107,6 +114,23 @@ def test_stop_exits_at_the_poisoned_step_and_keeps_the_last_good_checkpoint(
     assert records[-1]["train/update_refused"] == 1.0, "the refused step was not logged"
     clean = _run(sft_policy, pairs, tmp_path / "clean", steps=3)
     assert tiny.leaves_equal(_restore(setup, tmp_path / "stop", 3).params, clean.params)
+
+
+def test_an_async_saving_run_checkpoints_the_states_a_synchronous_one_does(
+    sft_policy, pairs, tmp_path
+):
+    setup = sft_policy[0]
+    finals = {}
+    for name, checkpointer in (("sync", Checkpointer), ("async", ASYNC)):
+        finals[name] = _run(sft_policy, pairs, tmp_path / name, steps=5, every=2,
+                            checkpointer=checkpointer)  # fmt: skip
+    with Checkpointer(tmp_path / "async" / "ckpt") as ckpt:
+        assert ckpt.all_steps() == [2, 4, 5]
+    for step in (2, 4, 5):
+        want, got = (_restore(setup, tmp_path / n, step) for n in ("sync", "async"))
+        assert tiny.leaves_equal(got, want), f"checkpoint {step} differs"
+    assert tiny.leaves_equal(finals["async"], finals["sync"])
+    assert _records(tmp_path / "async") == _records(tmp_path / "sync")
 
 
 @pytest.fixture(scope="module")

@@ -114,6 +114,50 @@ def test_async_save_is_complete_after_wait(policy, tmp_path):
     assert data == {"next_batch": 5} and tiny.leaves_equal(restored, s0)
 
 
+def test_async_saves_are_seen_by_readers_and_pruned_only_once_final(policy, tmp_path):
+    """Under async saving a reader waits for the save under way (no explicit `wait`), and
+    keep_best's pruning never deletes a step before the newer one is final."""
+    setup, s0 = policy
+    later = s0.replace(step=s0.step + 3)
+    with checkpoint.Checkpointer(tmp_path, keep=1, keep_best=True, async_save=True) as ckpt:
+        best = {"best": {"step": 1, "value": 0.5, "metric": "val/em"}}
+        ckpt.save(1, s0, {"next_step": 1, **best})
+        assert ckpt.latest_step() == 1  # waited for the write
+        ckpt.save(2, s0, {"next_step": 2, **best})
+        ckpt.save(3, later, {"next_step": 3, **best})
+        assert ckpt.all_steps() == [1, 3]  # step 2 pruned once 3 was final; 1 is the best
+        assert ckpt.position(3) == {"next_step": 3, **best}
+        restored, data = ckpt.restore_latest(setup.abstract_state)
+    assert data["next_step"] == 3 and tiny.leaves_equal(restored, later)
+
+
+def test_a_save_that_dies_mid_write_keeps_the_previous_checkpoint(policy, tmp_path, monkeypatch):
+    """An async write that fails before its final rename (a process killed there leaves the
+    same directory) is never listed: the previous step is the latest and restores whole."""
+    from orbax.checkpoint._src.path import atomicity
+
+    setup, s0 = policy
+    finalize = atomicity.AtomicRenameTemporaryPath.finalize
+
+    async def dies_at_step_2(self, *args, **kwargs):
+        if self.get_final().name == "2":
+            raise OSError("killed mid-save")
+        return await finalize(self, *args, **kwargs)
+
+    monkeypatch.setattr(atomicity.AtomicRenameTemporaryPath, "finalize", dies_at_step_2)
+    ckpt = checkpoint.Checkpointer(tmp_path, keep=3, async_save=True)
+    ckpt.save(1, s0, {"next_step": 1})
+    ckpt.save(2, s0.replace(step=s0.step + 2), {"next_step": 2})
+    with pytest.raises(Exception, match="killed mid-save"):
+        ckpt.wait()
+    monkeypatch.undo()
+    with checkpoint.Checkpointer(tmp_path) as again:
+        assert again.all_steps() == [1]
+        restored, data = again.restore_latest(setup.abstract_state)
+    assert data == {"next_step": 1} and tiny.leaves_equal(restored, s0)
+    assert any(".orbax-checkpoint-tmp" in name for name in os.listdir(tmp_path))
+
+
 def test_policy_parameters_alone_restore_from_a_ppo_checkpoint(tmp_path):
     """A sampler or an evaluation reads just the weights, without building optimiser state."""
     m = mesh.build_mesh(1, 1, 1)

@@ -1,0 +1,66 @@
+"""tools/memory_estimate.py counts what is resident (the PPO critic, the multi-host answerer
+replica, no compute copy of the trained weights) and agrees with XLA's own plan of a compiled
+GRPO update (tools/memory_vs_xla.py) within 15%."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from memr1.models import transformer
+from memr1.models.config import get_size
+from tests.fake_devices import ROOT
+from tests.tool import load_tool
+
+
+def test_the_ppo_critic_costs_about_16_bytes_a_parameter():
+    tool = load_tool("memory_estimate")
+    grpo = tool.estimate("tiny", "1x141GB", tool.Workload(algo="grpo"))
+    ppo = tool.estimate("tiny", "1x141GB", tool.Workload(algo="ppo"))
+    n = transformer.count_params(transformer.abstract_model(get_size("tiny"))[1])
+    critic_params = n + 192 + 1  # tiny ties its embeddings: the trunk whole, plus the head
+    # Weights and two AdamW moments resident (12 bytes), the gradient and accumulator (8).
+    assert ppo["critic"] == pytest.approx(12 * critic_params, abs=64)
+    assert ppo["critic_grads"] == 8 * critic_params
+    assert grpo["critic"] == grpo["critic_grads"] == 0
+    assert ppo["resident"] - grpo["resident"] == ppo["critic"]
+    assert ppo["total"] - grpo["total"] >= 16 * critic_params
+
+
+def test_several_hosts_hold_the_answerer_whole_beside_the_decode_copy():
+    tool = load_tool("memory_estimate")
+    n = transformer.count_params(transformer.abstract_model(get_size("tiny"))[1])
+    one = tool.estimate("tiny", "8x80GB-fsdp", tool.Workload(stage="manager"))
+    two = tool.estimate("tiny", "16x80GB-2hosts", tool.Workload(stage="manager"))
+    answer = tool.estimate("tiny", "16x80GB-2hosts", tool.Workload(stage="answer"))
+    assert one["answer_agent_replica"] == 0 and answer["answer_agent_replica"] == 0
+    assert two["answer_agent_replica"] == 2 * n  # bf16, whole on every device, all run long
+    assert two["rollout"]["decode_copy"] == 2 * n  # the policy's replica beside it
+    assert two["resident"] >= two["answer_agent"] + two["answer_agent_replica"]
+    assert "compute_copy" not in one  # the model casts each weight inside its matmul
+
+
+def test_tpu_setups_are_listed_with_their_chips():
+    tool = load_tool("memory_estimate")
+    for name, capacity in (("v5e-16", 16 * 10**9), ("v5p-16", 95 * 10**9)):
+        est = tool.estimate("tiny", name, tool.Workload())
+        assert est["capacity"] == capacity and est["hosts"] > 1
+
+
+@pytest.mark.slow
+def test_the_estimate_is_within_15_percent_of_xlas_peak(tmp_path):
+    """One compile of the real GRPO step (tiny widths, 2 blocks, 8 fake devices): ~40 s."""
+    out = tmp_path / "check.json"
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+    env.pop("XLA_FLAGS", None)
+    cmd = [sys.executable, "tools/memory_vs_xla.py", "--case", "tiny:2:32:256:64:1",
+           "--json", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["xla"]["peak"] > 0
+    assert 0.85 <= row["estimate_over_xla"] <= 1.15, row
