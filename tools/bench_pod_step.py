@@ -53,7 +53,6 @@ import argparse
 import dataclasses
 import datetime
 import json
-import math
 import os
 import sys
 from pathlib import Path
@@ -61,7 +60,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # configs/ and tools/, as a script
+sys.path.insert(0, str(ROOT))  # configs/, as a script
+sys.path.insert(0, str(ROOT / "tools"))  # memory_estimate, pod_step_costs
 
 MACHINE = "2-core AMD EPYC x86-64 (AVX-512), 24 GB, no GPU"
 DEFAULT_LENGTHS = {  # (prompt, reply) token ranges per stage
@@ -123,235 +123,8 @@ def recipe_config(args):
     return config
 
 
-def draw_lengths(rng, rows: int, lo_hi: tuple[int, int], cap: int | None = None) -> np.ndarray:
-    out = rng.integers(lo_hi[0], lo_hi[1] + 1, rows)
-    return np.minimum(out, cap) if cap else out
-
-
-def flops_params(params, cfg) -> tuple[int, int]:
-    """(N_blocks, N_head): the parameters of the blocks (and final norm), and the unembedding's
-    V x D (the lm_head, or the tied embedding); the embedding lookup is a gather, 0 FLOPs."""
-    import jax
-
-    total = sum(math.prod(x.shape) for x in jax.tree.leaves(params))
-    tables = sum(
-        math.prod(x.shape)
-        for k in ("embed", "lm_head")
-        if k in params
-        for x in jax.tree.leaves(params[k])
-    )
-    return total - tables, cfg.vocab_size * cfg.d_model
-
-
-def xla_memory(compiled) -> dict:
-    m = compiled.memory_analysis()
-    out = {
-        k: int(getattr(m, f"{k}_size_in_bytes")) for k in ("argument", "temp", "output", "alias")
-    }
-    out["peak"] = out["argument"] + out["temp"] + out["output"] - out["alias"]
-    return out
-
-
-def flops_of(compiled) -> float:
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, list) else cost
-    return float(cost["flops"])
-
-
-# -- rollout and reward: sampler calls ---------------------------------------------------------
-
-
-def sampler_costs(cfg, graphdef, params_abs, prompts: list[np.ndarray], *, group, budget, greedy):
-    """(F_prefill, F_step, XLA memory) of one sampler call: the whole program and its prefill
-    compiled; a decode step is their difference."""
-    import jax
-
-    from memr1.models import transformer
-    from memr1.sampling import sampler as sampler_lib
-    from memr1.sampling.layout import row_sharding
-
-    sampler = sampler_lib.Sampler(cfg, graphdef, pad_id=0)
-    kw = dict(key=jax.random.key(0), max_new_tokens=budget, num_samples=group, eos_ids=[1])
-    whole = sampler.lower(params_abs, prompts, temperature=0.0 if greedy else 1.0, **kw).compile()
-    width = sampler.bucket(max(len(p) for p in prompts))
-    tokens, valid = sampler_lib.left_pad(prompts, width, 0)
-    split = sampler_lib._splitter(row_sharding(params_abs, len(prompts)))
-    s = width + budget - 1
-
-    def prefill(params, tok, val):
-        gd = transformer.without_remat(graphdef, params)
-        return sampler._prefill(gd, params, split(tok), split(val), group, s, split)
-
-    pre = jax.jit(prefill).lower(params_abs, tokens, valid).compile()
-    f_pre, f_whole = flops_of(pre), flops_of(whole)
-    return f_pre, f_whole - f_pre, xla_memory(whole), width
-
-
-def decode_params(setup, cfg):
-    """The abstract decode copy: compute dtype, replicated over data x fsdp
-    (`memr1.sampling.layout`)."""
-    import jax
-    from jax.sharding import NamedSharding
-
-    from memr1.sampling.layout import decode_dtype, decode_spec
-
-    dtype = decode_dtype(cfg)
-
-    def one(x, s):
-        return jax.ShapeDtypeStruct(
-            x.shape, dtype, sharding=NamedSharding(s.mesh, decode_spec(s.spec))
-        )
-
-    return jax.tree.map(one, setup.abstract_state.params, setup.param_shardings)
-
-
-def sampler_stage(name, cfg, graphdef, params_abs, n, prompt_len, reply_len, *, call, group,
-                  budget, greedy, devices) -> dict:  # fmt: skip
-    """One stage of sampler calls: `call` prompts a call, `group` samples a prompt. A short last
-    call is filled with copies of its first prompt, as `memr1.env.policy.TextPolicy` fills it
-    (they decode as long as that prompt's replies: compiled, not real)."""
-    calls = -(-len(prompt_len) // call)
-    compiled = {}
-    total, real = 0.0, 0.0
-    memory = None
-    for c in range(calls):
-        p = prompt_len[c * call : (c + 1) * call]
-        r = reply_len[c * call * group : (c + 1) * call * group]
-        # 2 N_blocks a prefilled or generated token, 2 N_head a generated token's logits.
-        real += 2.0 * n[0] * (p.sum() + r.sum()) + 2.0 * n[1] * r.sum()
-        p = np.concatenate([p, np.repeat(p[:1], call - len(p))])
-        width = _pow2(max(p))
-        if width not in compiled:
-            prompts = [np.full(int(x), 2, np.int32) for x in p]
-            compiled[width] = sampler_costs(
-                cfg, graphdef, params_abs, prompts, group=group, budget=budget, greedy=greedy
-            )
-        f_pre, f_step, mem, _ = compiled[width]
-        memory = memory or mem
-        total += f_pre + (int(r.max()) - 1) * f_step
-    real /= devices
-    f_pre, f_step, _, width = next(iter(compiled.values()))
-    return {
-        "stage": name,
-        "calls": calls,
-        "prompts_per_call": call,
-        "group": group,
-        "budget": budget,
-        "prompt_width": width,
-        "compiled_flops": total,
-        "real_flops": real,
-        "compiled_over_real": total / real,
-        "prefill_flops": f_pre,
-        "decode_step_flops": f_step,
-        "xla_memory": memory,
-    }
-
-
-def _pow2(n: int) -> int:
-    from memr1.sampling.sampler import default_bucket
-
-    return default_bucket(int(n))
-
-
-# -- update ------------------------------------------------------------------------------------
-
-
-def update_batch(prompt_len, reply_len, group: int, budget: int, widths: str) -> dict:
-    """The step's packed GRPO batch (host arrays), as the loop packs it under `widths`."""
-    from memr1.env.policy import Completion
-    from memr1.train import batches
-
-    groups = []
-    for b, p in enumerate(prompt_len):
-        prompt = np.full(int(p), 2, np.int32)
-        rows = reply_len[b * group : (b + 1) * group]
-        groups.append(
-            [
-                Completion("", prompt, np.full(int(r), 3, np.int32), np.zeros(int(r)), True)
-                for r in rows
-            ]
-        )
-    rewards = np.tile(np.arange(group) % 2, (len(groups), 1)).astype(np.float32)
-    if widths == "bucketed":
-        batch, _ = batches.rollout_rows(
-            groups, rewards, {}, response_width=budget, pad_id=0, group=group
-        )
-    else:  # main before issue 25: the power-of-two prompt bucket + the whole budget
-        batch, _ = batches.pack_rollout(
-            groups, rewards, response_width=budget, pad_id=0, prompt_width=_pow2(max(prompt_len))
-        )
-    return {
-        k: batch[k]
-        for k in ("tokens", "valid", "prompt_mask", "response_mask", "advantages", "old_logp")
-    }
-
-
-def abstract_batch(setup, batch: dict, rows: int) -> dict:
-    import jax
-
-    from memr1.train.update import batch_sharding
-
-    sh = batch_sharding(setup)
-    return {
-        k: jax.ShapeDtypeStruct((rows, *np.shape(v)[1:]), np.asarray(v).dtype, sharding=sh)
-        for k, v in batch.items()
-    }
-
-
-def update_stage(setup, grpo_cfg, n, batch, *, group, devices, memory: bool) -> dict:
-    import jax
-
-    from memr1.train import steps
-
-    ref = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, setup.model_cfg.jnp_dtype, sharding=x.sharding),
-        setup.abstract_state.params,
-    )
-    rows, width = batch["tokens"].shape
-    micro_rows = rows // grpo_cfg.n_micro
-    one = dataclasses.replace(grpo_cfg, n_micro=1, logprob_chunk=width)
-    step = steps.make_grpo_step(setup, one)
-    mb = step.lower(setup.abstract_state, abstract_batch(setup, batch, micro_rows), ref).compile()
-    compiled = grpo_cfg.n_micro * flops_of(mb)
-    valid = batch["valid"]
-    p = batch["prompt_mask"].shape[1]
-    prompt_tokens, reply_tokens = int(valid[::group, :p].sum()), int(valid[:, p:].sum())
-    real_tokens = prompt_tokens + reply_tokens
-    positions = rows // group * p + rows * (width - p)
-    # 6 N_blocks a token (a group's prompt once), 6 N_head a reply token's logits.
-    real = (6.0 * n[0] * real_tokens + 6.0 * n[1] * reply_tokens) / devices
-    dense = (6.0 * n[0] * positions + 6.0 * n[1] * rows * (width - p)) / devices
-    out = {
-        "stage": "update",
-        "rows": rows,
-        "prompt_width": p,
-        "reply_width": width - p,
-        "n_micro": grpo_cfg.n_micro,
-        "real_tokens": real_tokens,
-        "positions": positions,
-        "pad_frac": 1.0 - real_tokens / positions,
-        "micro_batch_flops": flops_of(mb),
-        "compiled_flops": compiled,
-        "real_flops": real,
-        "compiled_over_real": compiled / real,
-        # The same program over the positions it runs: what it costs a token without padding.
-        "compiled_over_positions": compiled / dense,
-        "xla_memory": None,
-    }
-    if memory:
-        full = steps.make_grpo_step(setup, grpo_cfg)
-        out["xla_memory"] = xla_memory(
-            full.lower(setup.abstract_state, abstract_batch(setup, batch, rows), ref).compile()
-        )
-    return out
-
-
-# -- the report --------------------------------------------------------------------------------
-
-
 def estimate_bytes(args, config, **workload) -> dict:
     """`tools/memory_estimate.py`'s figures for the compiled setting (`workload` overrides)."""
-    sys.path.insert(0, str(ROOT / "tools"))
     import memory_estimate as me
 
     setup = {8: "8x80GB-fsdp", 4: "4x80GB-fsdp", 2: "2x141GB-fsdp", 1: "1x141GB"}[args.devices]
@@ -368,6 +141,7 @@ def estimate_bytes(args, config, **workload) -> dict:
 
 def run(args) -> dict:
     import jax
+    import pod_step_costs as costs
 
     from memr1.env.policy import agent_budget
     from memr1.models.config import get_size
@@ -391,7 +165,7 @@ def run(args) -> dict:
     setup, _ = state.create_train_state(
         m, cfg, state.OptimConfig.from_config(config), materialize=False
     )
-    n = flops_params(setup.abstract_state.params, cfg)
+    n = costs.flops_params(setup.abstract_state.params, cfg)
     devices = jax.device_count()
     g, budget = t.group_size, agent_budget(config, args.stage)
     states = t.batch_size * t.oversample
@@ -399,11 +173,11 @@ def run(args) -> dict:
     p_range, r_range = args.prompt_lengths or p_range, args.reply_lengths or r_range
     rng = np.random.default_rng(args.seed)
     cap = a.max_prompt_tokens
-    prompt_len = draw_lengths(rng, states, p_range, cap)
-    reply_len = draw_lengths(rng, states * g, r_range, budget)
-    params_abs = decode_params(setup, cfg)
+    prompt_len = costs.draw_lengths(rng, states, p_range, cap)
+    reply_len = costs.draw_lengths(rng, states * g, r_range, budget)
+    params_abs = costs.decode_params(setup, cfg)
     rows = [
-        sampler_stage(
+        costs.sampler_stage(
             "rollout", cfg, setup.graphdef, params_abs, n, prompt_len, reply_len,
             call=t.rollout_batch_size or states, group=g, budget=budget, greedy=False,
             devices=devices,
@@ -412,10 +186,10 @@ def run(args) -> dict:
     if args.stage == "manager":
         # One question a sampled bank: answer-stage prompts and replies, cut at the answerer's.
         ap, ar = DEFAULT_LENGTHS["answer"]
-        q_prompt = draw_lengths(rng, states * g, ap, cap)
-        q_reply = draw_lengths(rng, states * g, ar, a.answer_max_new_tokens)
+        q_prompt = costs.draw_lengths(rng, states * g, ap, cap)
+        q_reply = costs.draw_lengths(rng, states * g, ar, a.answer_max_new_tokens)
         rows.append(
-            sampler_stage(
+            costs.sampler_stage(
                 "reward", cfg, setup.graphdef, params_abs, n, q_prompt, q_reply,
                 call=a.batch_size, group=1, budget=a.answer_max_new_tokens, greedy=True,
                 devices=devices,
@@ -424,8 +198,8 @@ def run(args) -> dict:
     grpo_cfg = GRPOConfig.from_config(config)
     modes = ("fixed", "bucketed") if args.widths == "both" else (args.widths,)
     for mode in modes:
-        batch = update_batch(prompt_len, reply_len, g, budget, mode)
-        row = update_stage(
+        batch = costs.update_batch(prompt_len, reply_len, g, budget, mode)
+        row = costs.update_stage(
             setup, grpo_cfg, n, batch, group=g, devices=devices, memory=not args.no_memory
         )
         row["widths"] = mode

@@ -58,11 +58,13 @@ CHECKS = textwrap.dedent(
     import json, sys
     import memr1.train.__main__ as cli
     from configs import memr1 as memr1_config
+    from memr1.env import load
+    from memr1.train import state
 
     def tripwire(*args, **kwargs):
         raise AssertionError("a model was built before the settings were checked")
 
-    cli.load.load_backbone = cli.state.create_train_state = tripwire
+    load.load_backbone = state.create_train_state = tripwire
     out = {}
     for name, arg, changes, kwargs in json.loads(sys.argv[1]):
         config = memr1_config.get_config(arg)

@@ -42,14 +42,15 @@ def test_the_report_is_computed_from_the_compiled_programs(tmp_path):
     # Re-derive the bucketed update's figures: the same packing, the trainer's own step.
     args = bench.parse_args(ARGS)
     config = bench.recipe_config(args)
+    costs = load_tool("pod_step_costs")
     rng = np.random.default_rng(args.seed)
-    prompts = bench.draw_lengths(rng, 2, (20, 40), config.agents.max_prompt_tokens)
-    replies = bench.draw_lengths(rng, 16, (5, 30), 48)
+    prompts = costs.draw_lengths(rng, 2, (20, 40), config.agents.max_prompt_tokens)
+    replies = costs.draw_lengths(rng, 16, (5, 30), 48)
     fixed, bucketed = rows[("update", "fixed")], rows[("update", "bucketed")]
     # main before issue 25: the power-of-two prompt bucket and the whole budget
     assert (fixed["prompt_width"], fixed["reply_width"]) == (default_bucket(int(prompts.max())), 48)
     assert bucketed["reply_width"] < 48 and bucketed["compiled_flops"] < fixed["compiled_flops"]
-    batch = bench.update_batch(prompts, replies, 8, 48, "bucketed")
+    batch = costs.update_batch(prompts, replies, 8, 48, "bucketed")
     assert batch["tokens"].shape[1] == bucketed["prompt_width"] + bucketed["reply_width"]
     real_tokens = int(prompts.sum() + replies.sum())  # a group's prompt once
     assert bucketed["real_tokens"] == real_tokens
@@ -81,7 +82,7 @@ def test_the_report_is_computed_from_the_compiled_programs(tmp_path):
     rows_mb = 16 // grpo_cfg.n_micro
     compiled = (
         steps.make_grpo_step(setup, one)
-        .lower(setup.abstract_state, bench.abstract_batch(setup, batch, rows_mb), ref)
+        .lower(setup.abstract_state, costs.abstract_batch(setup, batch, rows_mb), ref)
         .compile()
     )
     flops = float(compiled.cost_analysis()["flops"])

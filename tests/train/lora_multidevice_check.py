@@ -2,7 +2,7 @@
 
 1. A LoRA SFT step on the mesh equals the single-device step, the adapters are sharded by the
    logical names they inherit from their weights, and the base weights stay bitwise unchanged.
-2. The train command's model setup (`memr1.train.__main__.prepare_models`) places the train
+2. The train command's model setup (`memr1.train.prepare.prepare_models`) places the train
    state and the manager stage's frozen answerer in their NamedShardings on the mesh (the HF
    weights loaded straight into them, a LoRA answer checkpoint merged into them; the answerer
    in the compute dtype) and keeps no reference of its own to the backbone's weights; under PPO
@@ -34,7 +34,7 @@ from configs.memr1 import get_config
 from memr1.models import transformer
 from memr1.models.hf_io import load_hf
 from memr1.train import lora, mesh, sft, state
-from memr1.train.__main__ import prepare_models
+from memr1.train.prepare import prepare_models
 from memr1.train.checkpoint import Checkpointer
 from tests.train import tiny
 
