@@ -27,19 +27,27 @@ class Scripted:
         clone.calls = self.calls  # one record of the calls
         return clone
 
+    def decode_copy(self, params=None):
+        return self
+
     def complete(self, chats, sampling, *, key, num_samples=1, params=None):
         assert len(chats) <= self.batch_size
         self.calls.append((len(chats), sampling.temperature, num_samples))
         text = lambda chat: self.reply(chat[-1]["content"])
         ids = np.zeros(2, np.int32)
         return [
-            [SimpleNamespace(text=text(c), ids=ids, finished=True)] * num_samples for c in chats
+            [SimpleNamespace(text=text(c), ids=ids, finished=True, prompt_truncated=False)]
+            * num_samples
+            for c in chats
         ]
 
 
 class Answerer(RuleAnswerer):
     def with_batch_size(self, n):
         self.batch_size = n
+        return self
+
+    def decode_copy(self, params=None):
         return self
 
 
