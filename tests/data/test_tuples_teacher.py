@@ -24,9 +24,10 @@ def test_cli_teacher_builder_with_a_random_tiny_model(tmp_path, capsys):
     config.data.path = str(path)
     config.tuples.update(builder="teacher", window=-1)
     config.tokenizer_dir = str(tmp_path / "tokenizer")  # a random tiny model with this tokenizer
-    # Short prompts and replies keep the sampler's compiled shapes few and small.
-    config.agents.update(style="full", batch_size=4, manager_max_new_tokens=4)
-    config.agents.max_prompt_tokens = 256
+    # Short prompts and replies keep the sampler's compiled shapes few and small: the compact
+    # style's manager prompts (~300 tokens) fit 512 whole (an over-budget one is an error).
+    config.agents.update(style="compact", batch_size=4, manager_max_new_tokens=4)
+    config.agents.max_prompt_tokens = 512
     code = main(config, out=str(out))
     printed = capsys.readouterr()
     assert code == 0, printed.err

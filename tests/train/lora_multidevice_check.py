@@ -34,8 +34,8 @@ from configs.memr1 import get_config
 from memr1.models import transformer
 from memr1.models.hf_io import load_hf
 from memr1.train import lora, mesh, sft, state
-from memr1.train.prepare import prepare_models
 from memr1.train.checkpoint import Checkpointer
+from memr1.train.prepare import prepare_models
 from tests.train import tiny
 
 LORA = lora.LoraConfig.from_config(tiny.config(lora_rank=4, lora_alpha=8.0))
