@@ -1,0 +1,49 @@
+"""Settings of the whole test run: one persistent XLA compilation cache for every process in it.
+
+Most of the suite's time is XLA compiling the same tiny programs again: in both pytest-xdist
+workers, and in each `python -m memr1.train / evaluate / tuples` subprocess a test starts. JAX's
+persistent cache lets every one of those processes reuse what another compiled. The cache lives
+under this run's pytest base temp directory, so it starts empty for each run and no run reads
+what another JAX version or another machine wrote. Its key holds the XLA flags
+(`--xla_cpu_max_isa=AVX2` among them, so a capped and an uncapped run never share an entry), the
+backend's platform version and the compile options; a hit loads the executable XLA would have
+built, so nothing a test checks changes, only the time (a test that counts compiles counts JAX's
+in-memory jit cache, which a persistent hit fills as a compile does). A run that sets
+JAX_COMPILATION_CACHE_DIR itself keeps its own setting; MEMR1_TEST_COMPILE_CACHE=0 turns it off.
+
+The settings travel as environment variables: the xdist workers (started after this hook) and
+every subprocess inherit them, and JAX reads them when it is imported.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+CACHE_ENV = {
+    # Cache every program: the suite's are small, each compiles in well under JAX's default 1 s.
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+}
+
+
+def pytest_configure(config) -> None:
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: the controller has set the environment it inherited
+    if os.environ.get("MEMR1_TEST_COMPILE_CACHE", "1") == "0":
+        return
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return
+    factory = getattr(config, "_tmp_path_factory", None)  # pytest's own; xdist uses it too
+    base = factory.getbasetemp() if factory is not None else Path(tempfile.mkdtemp())
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(base / "jax-compilation-cache")
+    for key, value in CACHE_ENV.items():
+        os.environ.setdefault(key, value)
+    if "jax" in sys.modules:  # imported by a plugin before this hook: its config read the env
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
