@@ -13,6 +13,12 @@ JAX_COMPILATION_CACHE_DIR itself keeps its own setting; MEMR1_TEST_COMPILE_CACHE
 
 The settings travel as environment variables: the xdist workers (started after this hook) and
 every subprocess inherit them, and JAX reads them when it is imported.
+
+The order of the files: `--dist loadfile` hands each worker one file at a time from a queue that
+pytest-xdist sorts by the number of tests in a file, so the end-to-end files (one or two tests of
+minutes each: the quick demo, the launch script, the CLIs) came last and one worker ran them
+alone at the end. Here the files with slow-marked tests go first, the others after them (most
+tests first, as xdist would), so the short files fill both workers' time while the long ones run.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ CACHE_ENV = {
 
 
 def pytest_configure(config) -> None:
+    if hasattr(config.option, "loadscopereorder"):  # xdist's queue keeps the order below
+        config.option.loadscopereorder = False
     if hasattr(config, "workerinput"):
         return  # an xdist worker: the controller has set the environment it inherited
     if os.environ.get("MEMR1_TEST_COMPILE_CACHE", "1") == "0":
@@ -47,3 +55,14 @@ def pytest_configure(config) -> None:
         jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Files with a slow-marked test first (in collection order), then the rest, most tests first;
+    each file's own tests keep their order. Every worker computes the same order."""
+    by_file: dict[str, list] = {}
+    for item in items:
+        by_file.setdefault(item.nodeid.split("::")[0], []).append(item)
+    slow = {f for f, tests in by_file.items() if any(t.get_closest_marker("slow") for t in tests)}
+    order = sorted(by_file, key=lambda f: (f not in slow, 0 if f in slow else -len(by_file[f])))
+    items[:] = [item for f in order for item in by_file[f]]
