@@ -28,6 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 CACHE_ENV = {
     # Cache every program: the suite's are small, each compiles in well under JAX's default 1 s.
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
@@ -35,6 +37,7 @@ CACHE_ENV = {
 }
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's tmp_path plugin has set up the base temp
 def pytest_configure(config) -> None:
     if hasattr(config.option, "loadscopereorder"):  # xdist's queue keeps the order below
         config.option.loadscopereorder = False
