@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fake_devices import xla_flags
+
 # Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
 pytestmark = pytest.mark.slow
 
@@ -74,7 +76,7 @@ def test_every_stage_of_the_gpu_script_runs_with_its_own_flags(tmp_path):
     run_env = {
         **env,
         "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+        "XLA_FLAGS": xla_flags(8),
         "HF_HUB_OFFLINE": "1",
     }
     for command in commands:

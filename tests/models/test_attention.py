@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from memr1.models import attention, masks
+from tests.fake_devices import xla_flags
 
 # Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
 pytestmark = pytest.mark.slow
@@ -215,7 +216,7 @@ def test_splash_under_a_mesh_runs_per_shard_of_batch_and_heads():
     env = {
         **os.environ,
         "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+        "XLA_FLAGS": xla_flags(4),
         "PYTHONPATH": str(ROOT),
     }
     proc = subprocess.run(

@@ -19,6 +19,7 @@ import pytest
 
 from memr1.models import masks, transformer
 from memr1.models.hf_io import INDEX_FILE, load_hf
+from tests.fake_devices import xla_flags
 
 from .tiny_hf import hf_logits, make_hf_model
 
@@ -152,7 +153,7 @@ def test_loads_straight_into_a_mesh(tmp_path):
         **os.environ,
         "JAX_PLATFORMS": "cpu",
         "HF_HUB_OFFLINE": "1",
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+        "XLA_FLAGS": xla_flags(4),
         "PYTHONPATH": str(ROOT),
     }
     proc = subprocess.run(

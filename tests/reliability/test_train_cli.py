@@ -17,6 +17,7 @@ import pytest
 
 from memr1.models.tokenizer_train import train_bpe_tokenizer
 from memr1.train.metrics_log import read_jsonl
+from tests.fake_devices import xla_flags
 
 # Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
 pytestmark = pytest.mark.slow
@@ -115,7 +116,7 @@ CASES = [
 
 def test_impossible_settings_are_refused_before_any_model_is_built(tmp_path):
     cases = [case[:4] for case in CASES]
-    env = {**ENV, "XLA_FLAGS": "--xla_force_host_platform_device_count=3"}
+    env = {**ENV, "XLA_FLAGS": xla_flags(3)}
     proc = subprocess.run(
         [sys.executable, "-c", CHECKS, json.dumps(cases), str(tmp_path)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,

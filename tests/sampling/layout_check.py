@@ -30,6 +30,9 @@ os.environ["XLA_FLAGS"] = (
     + " --xla_dump_hlo_pass_re=spmd-partitioning"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# The dump is written while XLA compiles; a persistent-cache hit (the test run shares one cache,
+# tests/conftest.py) would load the program without compiling it and dump nothing.
+os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
 
 import contextlib  # noqa: E402
 import json  # noqa: E402

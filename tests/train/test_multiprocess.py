@@ -19,6 +19,7 @@ from memr1.models.tokenizer import load_tokenizer
 from memr1.train import loop, mesh, state
 from memr1.train.checkpoint import Checkpointer
 from memr1.train.metrics_log import read_jsonl
+from tests.fake_devices import xla_flags
 from tests.train import multiprocess_check as check
 from tests.train import multiprocess_rl as rl
 
@@ -56,7 +57,7 @@ def two_processes(tmp_path_factory) -> Path:
     for pid in range(2):
         env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
         env.update(
-            XLA_FLAGS="--xla_force_host_platform_device_count=2",
+            XLA_FLAGS=xla_flags(2),
             JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
             JAX_NUM_PROCESSES="2",
             JAX_PROCESS_ID=str(pid),

@@ -1,0 +1,71 @@
+"""Settings of the whole test run: one persistent XLA compilation cache for every process in it.
+
+Most of the suite's time is XLA compiling the same tiny programs again: in both pytest-xdist
+workers, and in each `python -m memr1.train / evaluate / tuples` subprocess a test starts. JAX's
+persistent cache lets every one of those processes reuse what another compiled. The cache lives
+under this run's pytest base temp directory, so it starts empty for each run and no run reads
+what another JAX version or another machine wrote. Its key holds the XLA flags
+(`--xla_cpu_max_isa=AVX2` among them, so a capped and an uncapped run never share an entry), the
+backend's platform version and the compile options; a hit loads the executable XLA would have
+built, so nothing a test checks changes, only the time (a test that counts compiles counts JAX's
+in-memory jit cache, which a persistent hit fills as a compile does). A run that sets
+JAX_COMPILATION_CACHE_DIR itself keeps its own setting; MEMR1_TEST_COMPILE_CACHE=0 turns it off.
+
+The settings travel as environment variables: the xdist workers (started after this hook) and
+every subprocess inherit them, and JAX reads them when it is imported.
+
+The order of the files: `--dist loadfile` hands each worker one file at a time from a queue that
+pytest-xdist sorts by the number of tests in a file, so the end-to-end files (one or two tests of
+minutes each: the quick demo, the launch script, the CLIs) came last and one worker ran them
+alone at the end. Here the files with slow-marked tests go first, the others after them (most
+tests first, as xdist would), so the short files fill both workers' time while the long ones run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+CACHE_ENV = {
+    # Cache every program: the suite's are small, each compiles in well under JAX's default 1 s.
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+}
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's tmp_path plugin has set up the base temp
+def pytest_configure(config) -> None:
+    if hasattr(config.option, "loadscopereorder"):  # xdist's queue keeps the order below
+        config.option.loadscopereorder = False
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: the controller has set the environment it inherited
+    if os.environ.get("MEMR1_TEST_COMPILE_CACHE", "1") == "0":
+        return
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return
+    factory = getattr(config, "_tmp_path_factory", None)  # pytest's own; xdist uses it too
+    base = factory.getbasetemp() if factory is not None else Path(tempfile.mkdtemp())
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(base / "jax-compilation-cache")
+    for key, value in CACHE_ENV.items():
+        os.environ.setdefault(key, value)
+    if "jax" in sys.modules:  # imported by a plugin before this hook: its config read the env
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Files with a slow-marked test first (in collection order), then the rest, most tests first;
+    each file's own tests keep their order. Every worker computes the same order."""
+    by_file: dict[str, list] = {}
+    for item in items:
+        by_file.setdefault(item.nodeid.split("::")[0], []).append(item)
+    slow = {f for f, tests in by_file.items() if any(t.get_closest_marker("slow") for t in tests)}
+    order = sorted(by_file, key=lambda f: (f not in slow, 0 if f in slow else -len(by_file[f])))
+    items[:] = [item for f in order for item in by_file[f]]
