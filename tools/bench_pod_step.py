@@ -139,18 +139,13 @@ def estimate_bytes(args, config, **workload) -> dict:
     return me.estimate(args.size, setup, dataclasses.replace(w, **workload), layers=args.layers)
 
 
-def run(args) -> dict:
-    import jax
-    import pod_step_costs as costs
-
-    from memr1.env.policy import agent_budget
+def abstract_setup(args, config):
+    """(model config, train setup) at the size's real widths with `args.layers` blocks, on the
+    recipe's mesh; the train state is abstract (nothing is materialised)."""
     from memr1.models.config import get_size
-    from memr1.rl.grpo import GRPOConfig
     from memr1.train import mesh as mesh_lib
     from memr1.train import state
 
-    config = recipe_config(args)
-    t, a = config.train, config.agents
     cfg = get_size(
         args.size,
         n_layers=args.layers,
@@ -165,6 +160,36 @@ def run(args) -> dict:
     setup, _ = state.create_train_state(
         m, cfg, state.OptimConfig.from_config(config), materialize=False
     )
+    return cfg, setup
+
+
+def attach_estimate(args, config, row: dict) -> None:
+    """`row`'s estimate of the program's memory and its ratio to XLA's figure: for the update,
+    resident - Answer Agent + update; for a sampler call, the rollout part."""
+    if row["stage"] == "update":
+        est = estimate_bytes(args, config, prompt=row["prompt_width"], response=row["reply_width"])
+        partner = est["answer_agent"] + est["answer_agent_replica"]
+        row["estimate_bytes"] = est["resident"] - partner + est["update"]
+    else:
+        est = estimate_bytes(
+            args, config, prompt=row["prompt_width"], response=row["budget"],
+            group=row["group"], rollout_prompts=row["prompts_per_call"],
+        )  # fmt: skip
+        row["estimate_bytes"] = est["rollout"]["total"]
+    xla = row["xla_memory"]
+    row["estimate_over_xla"] = row["estimate_bytes"] / xla["peak"] if xla else None
+
+
+def run(args) -> dict:
+    import jax
+    import pod_step_costs as costs
+
+    from memr1.env.policy import agent_budget
+    from memr1.rl.grpo import GRPOConfig
+
+    config = recipe_config(args)
+    t, a = config.train, config.agents
+    cfg, setup = abstract_setup(args, config)
     n = costs.flops_params(setup.abstract_state.params, cfg)
     devices = jax.device_count()
     g, budget = t.group_size, agent_budget(config, args.stage)
@@ -205,20 +230,7 @@ def run(args) -> dict:
         row["widths"] = mode
         rows.append(row)
     for row in rows:
-        if row["stage"] == "update":
-            est = estimate_bytes(
-                args, config, prompt=row["prompt_width"], response=row["reply_width"]
-            )
-            partner = est["answer_agent"] + est["answer_agent_replica"]
-            row["estimate_bytes"] = est["resident"] - partner + est["update"]
-        else:
-            est = estimate_bytes(
-                args, config, prompt=row["prompt_width"], response=row["budget"],
-                group=row["group"], rollout_prompts=row["prompts_per_call"],
-            )  # fmt: skip
-            row["estimate_bytes"] = est["rollout"]["total"]
-        xla = row["xla_memory"]
-        row["estimate_over_xla"] = row["estimate_bytes"] / xla["peak"] if xla else None
+        attach_estimate(args, config, row)
     return {
         "date": datetime.date.today().isoformat(),
         "machine": args.machine,

@@ -33,7 +33,7 @@ lives for one sampler call, and in the manager stage the frozen Answer Agent sam
 own sharded copy after the policy's is dropped, so one decode copy exists at a time. On several
 hosts (`SETUPS[...]["hosts"]`) a process samples from process-local replicas
 (`memr1.train.multihost`): the policy's, made per rollout, and the answerer's, made once for the
-run (`memr1.train.__main__.reward_env`), each whole on every device, so the answerer's replica
+run (`memr1.train.stages.reward_env`), each whole on every device, so the answerer's replica
 is resident beside the policy's decode copy. The rows of the KV cache are divided over
 data x fsdp, as the sampler splits them.
 
@@ -71,11 +71,25 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # configs/, as a script
+
+
+def _parts():
+    """tools/memory_parts.py as a module (tools/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "memory_parts", Path(__file__).with_name("memory_parts.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+parts = _parts()
 
 GIB = 2**30
 # Device memory per chip: GPUs as nvidia-smi reports it (MiB), TPUs as Google's spec sheets give
@@ -131,156 +145,6 @@ class Workload:
     backend: str = "accelerator"
 
 
-def shard_bytes(mesh: dict[str, int], tree) -> tuple[int, list[str]]:
-    """Bytes of `tree` (abstract, with logical axis names) held by one device, and problems.
-
-    A dimension a mesh axis does not divide is counted rounded up and reported (the trainer's
-    `check_divisible` would refuse such a mesh).
-    """
-    import jax
-    from flax import nnx
-    from jax.sharding import PartitionSpec
-
-    from memr1.sharding import DEFAULT_RULES, logical_to_spec
-
-    specs = nnx.get_partition_spec(tree)
-    spec_leaves = jax.tree.leaves(specs, is_leaf=lambda x: isinstance(x, PartitionSpec))
-    total, problems = 0, []
-    for leaf, names in zip(jax.tree.leaves(tree), spec_leaves, strict=True):
-        spec = logical_to_spec(tuple(names), DEFAULT_RULES)
-        elems = 1
-        for i, dim in enumerate(leaf.shape):
-            axes = spec[i] if i < len(spec) else None
-            axes = (axes,) if isinstance(axes, str) else tuple(axes or ())
-            div = math.prod(mesh[a] for a in axes)
-            if dim % div:
-                problems.append(f"{tuple(leaf.shape)} dim {i} over {axes}")
-            elems *= -(-dim // div)
-        total += elems * leaf.dtype.itemsize
-    return total, problems
-
-
-def abstract_state(size: str, param_dtype: str, lora_rank: int = 0, layers: int | None = None):
-    """(ModelConfig, abstract params, abstract trainable params, abstract AdamW state) from
-    jax.eval_shape; with `lora_rank` the params include the LoRA adapters, which alone train;
-    `layers` keeps only that many blocks (to compare with a compiled step of as many)."""
-    import jax
-    from flax import nnx
-
-    from configs import memr1 as memr1_config
-    from memr1.models.config import get_size
-    from memr1.models.transformer import abstract_model
-    from memr1.train import lora
-    from memr1.train.state import OptimConfig, make_optimizer
-
-    # The trainer's settings: LoRA on the config's modules (train.lora_module_path), and its
-    # AdamW (whose state's shapes do not depend on the learning rate).
-    config = memr1_config.get_config()
-    config.train.update(lora_rank=lora_rank, lora_alpha=2.0 * lora_rank)
-    cfg = get_size(size, param_dtype=param_dtype)
-    if layers is not None:
-        cfg = cfg.replace(n_layers=layers)
-    if lora_rank:
-        module_fn = lora.module_fn(cfg, lora.LoraConfig.from_config(config))
-        _, params = nnx.split(nnx.eval_shape(module_fn))
-        trainable = nnx.state(params, nnx.LoRAParam)
-    else:
-        _, params = abstract_model(cfg)
-        trainable = params
-    opt = jax.eval_shape(make_optimizer(OptimConfig.from_config(config)).init, trainable)
-    return cfg, params, trainable, opt
-
-
-def critic_state(size: str, param_dtype: str, layers: int | None = None):
-    """(abstract params, abstract AdamW state) of the PPO critic: the policy's trunk without its
-    LM head plus a scalar head (`memr1.rl.critic.ValueModel`), with the critic's AdamW."""
-    import jax
-    from flax import nnx
-
-    from configs import memr1 as memr1_config
-    from memr1.models.config import get_size
-    from memr1.rl.critic import ValueModel
-    from memr1.train.state import OptimConfig, make_optimizer
-
-    cfg = get_size(size, param_dtype=param_dtype)
-    if layers is not None:
-        cfg = cfg.replace(n_layers=layers)
-    _, params = nnx.split(nnx.eval_shape(lambda: ValueModel(cfg, nnx.Rngs(params=0))))
-    optim = OptimConfig.from_config(memr1_config.get_config(), critic=True)
-    return params, jax.eval_shape(make_optimizer(optim).init, params)
-
-
-def activation_bytes(cfg, mesh: dict[str, int], w: Workload, compute_bytes: int) -> dict:
-    """Per-device activations of one training micro-batch with per-block remat, at the peak of
-    its backward pass: the saved block inputs plus the larger of two phases that never overlap,
-    the unembedding's (first in the backward) and one block's recompute (then, block by block).
-    """
-    tp, fsdp = mesh["tensor"], mesh["fsdp"]
-    b, t, d = w.rows_per_device, w.prompt + w.response, cfg.d_model
-    h, f, v = cfg.n_heads // tp, cfg.d_ff // tp, cfg.vocab_size // tp
-    inner = 4 if w.backend == "cpu" else compute_bytes  # a block's intermediates
-    saved = cfg.n_layers * b * t * d * compute_bytes
-    # One block recomputed and differentiated: ~10 [T, D] tensors (norm outputs, q/k/v/o,
-    # residuals and their gradients), 4 [T, F] ones (gate, up, product, gradient), and the
-    # [T, T] attention scores at ~12 bytes each (float32 scores, probabilities, their gradient).
-    block = b * t * (10 * d + 4 * f) * inner + b * h * t * t * 12
-    gather = 0
-    if fsdp > 1:  # the block's float32 weights gathered whole, double-buffered
-        per_layer = (cfg.n_heads * 2 + cfg.n_kv_heads * 2) * cfg.head_dim * d + 3 * d * cfg.d_ff
-        gather = 2 * per_layer // tp * 4
-    # The unembedding: float32 [rows, chunk, V] logits, log-softmax and gradient of one chunk,
-    # and the head's weight: its compute-dtype cast and its whole float32 gradient (summed over
-    # the rows before it is reduce-scattered), plus, under FSDP, the float32 weight gathered
-    # whole; XLA's own buffers at Qwen widths show exactly these (docs/benchmarks.md).
-    logits = b * w.logprob_chunk * v * 4 * 3
-    head = v * d * (compute_bytes + 4 + (4 if fsdp > 1 else 0))
-    head_phase, block_phase = logits + head, block + gather
-    return {
-        "saved_block_inputs": saved,
-        "block_recompute": block,
-        "fsdp_gather": gather,
-        "logits_chunk": logits,
-        "head_weight": head,
-        "phase": "head" if head_phase >= block_phase else "block",
-        "total": saved + max(head_phase, block_phase),
-    }
-
-
-def rollout_bytes(
-    cfg, mesh: dict[str, int], w: Workload, compute_bytes: int, params, weight_bytes: int,
-    hosts: int = 1,
-) -> dict:  # fmt: skip
-    """Per-device decode copy of `params` (`weight_bytes` an element), KV cache of the decode
-    rows and the largest prefill temporary. On several hosts the decode copy is the
-    process-local replica (`memr1.train.multihost.rollout_replica`): whole on every device."""
-    tp, rows_axes = mesh["tensor"], mesh["data"] * mesh["fsdp"]
-    # The decode copy: split over the tensor axis only (`memr1.sampling.layout.decode_spec`),
-    # or over nothing on several hosts (the replica's mesh is 1 x local devices x 1).
-    split = {"data": 1, "fsdp": 1, "tensor": tp if hosts == 1 else 1}
-    decode_bytes, _ = shard_bytes(split, params)
-    decode = decode_bytes // params_itemsize(params) * weight_bytes
-    prompts = -(-w.rollout_prompts // rows_axes)
-    rows = -(-w.rollout_prompts * w.group // rows_axes)
-    kv_per_token = cfg.n_layers * 2 * (cfg.n_kv_heads // tp) * cfg.head_dim * compute_bytes
-    kv = rows * (w.prompt + w.response) * kv_per_token
-    # Prefill without gradients: float32 scores and bf16 probabilities of one layer.
-    prefill = prompts * (cfg.n_heads // tp) * w.prompt**2 * 6
-    return {
-        "decode_copy": decode,
-        "kv_cache": kv,
-        "prefill_attention": prefill,
-        "total": decode + kv + prefill,
-    }
-
-
-def params_itemsize(params) -> int:
-    """Bytes per element of a parameter tree stored in one dtype."""
-    import jax
-
-    (size,) = {leaf.dtype.itemsize for leaf in jax.tree.leaves(params)}
-    return size
-
-
 def estimate(
     size: str,
     setup: str,
@@ -301,12 +165,11 @@ def estimate(
     spec = SETUPS[setup]
     mesh = dict(zip(("data", "fsdp", "tensor"), spec["mesh"], strict=True))
     hosts = spec["hosts"]
-    cfg, params, trainable, opt = abstract_state(size, w.param_dtype, w.lora_rank, layers)
-    p_bytes, problems = shard_bytes(mesh, params)
-    t_bytes, _ = shard_bytes(mesh, trainable)
-    o_bytes, _ = shard_bytes(mesh, opt)
-    p_item = 4 if w.param_dtype == "float32" else 2
-    c_item = 4 if w.compute_dtype == "float32" else 2
+    cfg, params, trainable, opt = parts.abstract_state(size, w.param_dtype, w.lora_rank, layers)
+    p_bytes, problems = parts.shard_bytes(mesh, params)
+    t_bytes, _ = parts.shard_bytes(mesh, trainable)
+    o_bytes, _ = parts.shard_bytes(mesh, opt)
+    p_item, c_item = (4 if d == "float32" else 2 for d in (w.param_dtype, w.compute_dtype))
     elems = p_bytes // p_item  # parameter elements held by this device
     t_elems = t_bytes // p_item  # of which trained (all of them without LoRA)
     # Frozen copies (reference, Answer Agent) and the decode copy are kept in the compute dtype,
@@ -314,36 +177,20 @@ def estimate(
     # compute-dtype copy of the trained weights exists: each matmul casts its weight.
     f_item = min(p_item, c_item)
     reference = elems * f_item if w.kl_beta > 0 else 0
-    # The frozen Answer Agent is a plain model (a LoRA checkpoint is merged when loaded): in
-    # the policy's shards, and on several hosts also as the process-local replica the reward
-    # samples with, whole on every device for the whole run (`memr1.train.__main__.reward_env`).
-    plain = elems - (t_elems if w.lora_rank else 0)
-    manager = w.stage == "manager"
-    partner = plain * f_item if manager else 0
-    plain_whole = shard_bytes({"data": 1, "fsdp": 1, "tensor": 1}, params)[0] // p_item
-    if w.lora_rank:
-        plain_whole -= shard_bytes({"data": 1, "fsdp": 1, "tensor": 1}, trainable)[0] // p_item
-    partner_replica = plain_whole * f_item if manager and hosts > 1 else 0
-    # The PPO critic: float32 weights and two AdamW moments resident, its gradient (and
-    # accumulator) in the update, and its own saved block inputs (it runs a forward and a
-    # backward of its trunk beside the policy's in each micro-batch).
-    critic = critic_opt = critic_grads = critic_accum = critic_act = 0
-    if w.algo == "ppo":
-        c_params, c_opt = critic_state(size, w.param_dtype, layers)
-        critic, _ = shard_bytes(mesh, c_params)
-        critic_opt, _ = shard_bytes(mesh, c_opt)
-        critic_grads = critic // p_item * 4
-        critic_accum = critic_grads if w.grad_accum else 0
-        critic_act = cfg.n_layers * w.rows_per_device * (w.prompt + w.response) * cfg.d_model
-        critic_act *= c_item
+    partner, partner_replica = parts.partner_bytes(
+        w, params, trainable, elems - (t_elems if w.lora_rank else 0), p_item, f_item, hosts
+    )
+    critic, critic_opt, critic_grads, critic_accum, critic_act = parts.critic_bytes(
+        size, w, mesh, cfg, p_item, c_item, layers
+    )
     grads = t_elems * p_item
     accum = t_elems * 4 if w.grad_accum else 0  # accumulated in float32 whatever the dtype
-    act = activation_bytes(cfg, mesh, w, c_item)
+    act = parts.activation_bytes(cfg, mesh, w, c_item)
     # The guarded optimiser update computes new weights and both new moments before it picks
     # them or the old ones (`memr1.train.update.guarded_update`): three trained-size temporaries,
     # after the backward pass's activations are gone.
     optimizer = 3 * (t_elems * 4 + critic_grads)
-    roll = rollout_bytes(cfg, mesh, w, c_item, params, f_item, hosts)
+    roll = parts.rollout_bytes(cfg, mesh, w, c_item, params, f_item, hosts)
     resident = p_bytes + o_bytes + reference + partner + partner_replica + critic + critic_opt
     backward = accum + critic_accum + act["total"] + critic_act
     update = grads + critic_grads + max(backward, optimizer)

@@ -56,8 +56,8 @@ class Case:
 
 def xla_peak(case: Case) -> dict:
     """XLA's memory plan of the GRPO step of `case` (bytes), on every visible device."""
-    import bench_pod_step as bench
     import jax
+    import pod_step_costs as costs
 
     from memr1.models.config import get_size
     from memr1.rl.grpo import GRPOConfig
@@ -71,7 +71,7 @@ def xla_peak(case: Case) -> dict:
     setup, _ = state.create_train_state(m, cfg, optim, materialize=False)
     prompts = np.full(case.rows, case.prompt)
     replies = np.full(case.rows, case.response)
-    batch = bench.update_batch(prompts, replies, 1, case.response, "bucketed")
+    batch = costs.update_batch(prompts, replies, 1, case.response, "bucketed")
     grpo = GRPOConfig(clip_eps=0.2, kl_beta=0.001, kl_estimator="k3", temperature=1.0,
                       n_micro=case.n_micro, prompt_group=1, dual_clip=3.0)  # fmt: skip
     ref = jax.tree.map(
@@ -79,8 +79,8 @@ def xla_peak(case: Case) -> dict:
         setup.abstract_state.params,
     )
     step = steps.make_grpo_step(setup, grpo)
-    lowered = step.lower(setup.abstract_state, bench.abstract_batch(setup, batch, case.rows), ref)
-    out = bench.xla_memory(lowered.compile())
+    lowered = step.lower(setup.abstract_state, costs.abstract_batch(setup, batch, case.rows), ref)
+    out = costs.xla_memory(lowered.compile())
     out["width"] = int(batch["tokens"].shape[1])
     return out
 

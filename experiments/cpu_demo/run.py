@@ -32,11 +32,10 @@ from typing import Any
 import ml_collections
 
 from experiments.cpu_demo import augment, read_rows, traces
-from experiments.cpu_demo.answer_teacher import CarelessAnswerTeacher
 from experiments.cpu_demo.commands import config_flags, load_config, run_module, stage_overrides
 from experiments.cpu_demo.config import synth_config
-from experiments.cpu_demo.teacher import CAREFUL, MemZeroLikeTeacher
-from memr1.data.split import split_conversations
+from experiments.cpu_demo.seed_tuples import SeedTuples
+from experiments.cpu_demo.teacher import MemZeroLikeTeacher
 from memr1.data.synthloco import generate as synth
 from memr1.train.checkpoint import COMMIT_MARKER
 
@@ -49,11 +48,10 @@ TRAINED = {
     "sft_manager_rl_answer": ("memory_r1", "sft", "rl_answer"),
     "memory_r1": ("memory_r1", "rl_manager", "rl_answer"),
 }
-BANKS = ("teacher", "careful")  # whose banks a stage's states are built on (config.banks)
 PRESET_NAME = "experiments.cpu_demo"
 
 
-class SeedRun:
+class SeedRun(SeedTuples):
     """The folders and stages of one seed (see the module docstring).
 
     Args:
@@ -93,19 +91,6 @@ class SeedRun:
         self.log(f"[seed {self.seed}] {name} done in {self.timings[name]:.0f} s")
         return out
 
-    def encoder(self):
-        if self._encoder is None:
-            from memr1.embed import Encoder
-
-            self._encoder = Encoder.from_dir()
-        return self._encoder
-
-    def conversations(self, split: str):
-        from memr1.data.locomo import load_locomo
-
-        loaded = load_locomo(self.data / f"{split}.json", source="synthloco")
-        return list(split_conversations(loaded, (1,), names=("all",))["all"])
-
     # -- stages ------------------------------------------------------------------------------
 
     def make_data(self) -> None:
@@ -113,107 +98,6 @@ class SeedRun:
             return
         dataset = synth.generate_dataset(synth_config(self.c, self.seed))
         synth.write_dataset(dataset, self.data, preset=PRESET_NAME)
-
-    def bank_dirs(self, which: str) -> list[Path]:
-        """The tuple folders of ``config.banks.<which>`` ("answer" or "manager")."""
-        names = self.c.banks[which]
-        names = (names,) if isinstance(names, str) else tuple(names)
-        if not names or any(n not in BANKS for n in names):
-            raise ValueError(f"config.banks.{which}: expected names from {BANKS}, got {names!r}")
-        return [{"teacher": self.tuples, "careful": self.careful_tuples}[n] for n in names]
-
-    def teacher_tuples(self, split: str, teacher: MemZeroLikeTeacher | None = None):
-        """The manager and answer tuples of a split, its banks built by ``teacher`` (the
-        Mem0-like manager teacher by default)."""
-        from memr1.tuples.build import TupleConfig, build_tuples
-
-        enc = self.encoder()
-        overrides = {
-            "tuples.builder": "teacher",
-            "tuples.window": -1,
-            "tuples.only_with_qa": False,
-            "memory.k_per_fact": self.c.memory.k_per_fact,
-            "memory.k_per_speaker": self.c.memory.k_per_speaker,
-            "memory.capacity": self.c.memory.capacity,
-        }
-        cfg = TupleConfig.from_config(load_config("dataset=synthloco,runlocal", overrides))
-        return build_tuples(
-            self.conversations(split),
-            embed=enc.encode,
-            dim=enc.dim,
-            cfg=cfg,
-            teacher=MemZeroLikeTeacher(self.seed) if teacher is None else teacher,
-        )
-
-    def answer_teacher(self) -> CarelessAnswerTeacher:
-        t = self.c.answer_teacher
-        return CarelessAnswerTeacher(
-            self.seed, t.stale_bias, t.person_blind, t.hedge, careful_kinds=t.careful_kinds
-        )
-
-    def make_tuples(self) -> None:
-        from memr1.tuples import write_tuples
-
-        if (self.tuples / "metadata.json").is_file():
-            return
-        built = self.teacher_tuples("train")
-        meta = {"teacher": MemZeroLikeTeacher.name, "window": -1, "counts": built.counts}
-        write_tuples(self.tuples, built.manager, built.answer, meta, overwrite=True)
-
-    def make_careful_tuples(self) -> None:
-        """The train split's tuples on banks built by the careful manager (teacher.CAREFUL)."""
-        from memr1.tuples import write_tuples
-
-        if (self.careful_tuples / "metadata.json").is_file():
-            return
-        built = self.teacher_tuples("train", MemZeroLikeTeacher(self.seed, CAREFUL))
-        meta = {"teacher": "careful-rules", "window": -1, "counts": built.counts}
-        write_tuples(self.careful_tuples, built.manager, built.answer, meta, overwrite=True)
-
-    def answer_tuples(self) -> list:
-        """The answer tuples of every folder of ``config.banks.answer``, in order."""
-        from memr1.tuples import read_tuples
-
-        return [t for folder in self.bank_dirs("answer") for t in read_tuples(folder, "answer")]
-
-    def make_rl_tuples(self) -> None:
-        """Both RL stages' states: the answer tuples plus renamed copies of them, and the
-        manager tuples on the banks of ``config.banks.manager``."""
-        from memr1.tuples import read_tuples, write_tuples
-
-        if (self.rl_tuples / "metadata.json").is_file():
-            return
-        manager_banks = self.bank_dirs("manager")
-        if len(manager_banks) != 1:
-            raise ValueError(f"config.banks.manager: name one kind of bank, got {manager_banks}")
-        banks = manager_banks[0]
-        copies = self.c.answer.renamed_copies
-        lists = augment.entity_lists(synth_config(self.c, self.seed))
-        answer = augment.renamed_answer_states(self.answer_tuples(), lists, copies, self.seed + 7)
-        meta = {"answer_from": [str(d) for d in self.bank_dirs("answer")]}
-        meta.update(manager_from=str(banks), renamed_copies=copies)
-        write_tuples(self.rl_tuples, read_tuples(banks, "manager"), answer, meta, overwrite=True)
-
-    def make_val_tuples(self) -> None:
-        """The RL stages' validation states: the validation conversations' tuples, the answer
-        tuples on the banks of ``config.banks.answer`` and the manager tuples on those of
-        ``config.banks.manager``, as the train states are built (no renamed copies)."""
-        from memr1.tuples import write_tuples
-
-        if (self.val_tuples / "metadata.json").is_file():
-            return
-        teachers = {"teacher": None, "careful": MemZeroLikeTeacher(self.seed, CAREFUL)}
-        names = {"answer": self.c.banks.answer, "manager": self.c.banks.manager}
-        names = {k: (v,) if isinstance(v, str) else tuple(v) for k, v in names.items()}
-        built = {
-            n: self.teacher_tuples("validation", teachers[n])
-            for n in dict.fromkeys(names["answer"] + names["manager"])
-        }
-        answer = [t for n in names["answer"] for t in built[n].answer]
-        meta = {"split": "validation", "answer_from": names["answer"]}
-        meta["manager_from"] = names["manager"][0]
-        manager = built[names["manager"][0]].manager
-        write_tuples(self.val_tuples, manager, answer, meta, overwrite=True)
 
     def make_traces(self) -> None:
         """The warm start's rows: both teachers' replies on the train tuples (the answer teacher's

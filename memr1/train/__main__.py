@@ -37,25 +37,22 @@ by the NaN/inf guard under train.on_nonfinite=stop (the last checkpoint predates
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from memr1.env import load, rollout
-from memr1.env.answer import AnswerConfig
-from memr1.env.manager_reward import RewardEnv
-from memr1.env.memory_store import BankSpec
-from memr1.env.policy import SamplingConfig, agent_budget
+from memr1.env import load
+from memr1.env.policy import agent_budget
 from memr1.env.setup import check_memory_config
 from memr1.memory import BankOverflowError
 from memr1.rl import grpo, ppo
-from memr1.train import faults, loop, lora, mesh, multihost, sft, validators
+from memr1.train import faults, loop, lora, mesh, sft, validators
 from memr1.train.checkpoint import Checkpointer
 from memr1.train.faults import parse_faults
 from memr1.train.metrics_log import MetricsWriter, NonFiniteError
-from memr1.train.prepare import Models, has_checkpoint, prepare_models
+from memr1.train.prepare import has_checkpoint, prepare_models
+from memr1.train.stages import reward_env, rl_states
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/memr1.py", "Experiment config.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, logs).")
@@ -119,65 +116,18 @@ def check_settings(config, *, sft_data, tuples, val_tuples=None, val_sft_data=No
     validators.check_flags(config, tuples=tuples, val_tuples=val_tuples, val_sft_data=val_sft_data)
 
 
-def reward_env(config, models: Models) -> RewardEnv:
-    """The manager stage's reward: the frozen Answer Agent reading banks as evaluation does."""
-    from memr1.embed import Encoder
-
-    answerer = load.make_policy(
-        models.answer_backbone,
-        # Each process answers over its own states' banks, on its own devices.
-        multihost.local_replica(models.answerer),
-        batch_size=config.agents.batch_size,
-        max_prompt_tokens=config.agents.max_prompt_tokens,
-        name="frozen answerer",
-    )
-    return RewardEnv(
-        answerer=answerer,
-        embed=Encoder.from_dir().encode,
-        answer=AnswerConfig.from_config(config),
-        bank=BankSpec.from_config(config),
-    )
-
-
-def rl_states(config, models: Models, policy, tuples, env=None) -> tuple[list, Callable]:
-    """The stage's RL states from `tuples` and `rollout(params, states, key)` that samples and
-    scores them: exact match for the answer stage, exact match through the frozen Answer Agent
-    (answering as evaluation does, `memr1.env.manager_reward`) for the manager stage."""
-    from memr1.tuples.io import read_tuples
-
+def open_checkpoints(workdir: Path, config, models) -> Checkpointer:
+    """The run's checkpoints: the last `train.keep` steps (and the best validated one), written
+    while training continues; every read of the directory, the next save and the exit (also on
+    an error) wait for an unfinished write (`memr1.train.checkpoint`)."""
     t = config.train
-
-    def rows(batch_states):
-        # The rollout's own batch (train.rollout_batch_size), not evaluation's agents.batch_size.
-        return policy.with_batch_size(t.rollout_batch_size or len(batch_states))
-
-    kw = dict(
-        group_size=t.group_size,
-        sampling=SamplingConfig.from_config(config, "rollout"),
-        style=config.agents.style,
+    return Checkpointer(
+        workdir / "checkpoints",
+        keep=t.keep,
+        keep_best=bool(t.eval_every and t.keep_best),
+        async_save=True,
+        metadata=lora.checkpoint_metadata(models.lora),
     )
-    if config.stage == "answer":
-        states = [rollout.answer_state_from_tuple(x) for x in read_tuples(tuples, "answer")]
-
-        def do_rollout(params, batch_states, key):
-            distill = config.agents.distill
-            return rollout.answer_rollout(
-                rows(batch_states), params, batch_states, key=key, distill=distill, **kw
-            )
-
-        return states, do_rollout
-    records = read_tuples(tuples, "manager")
-    if t.only_turns_with_qa:
-        records = [r for r in records if r.has_qa]
-    states = [rollout.manager_state_from_tuple(x) for x in records]
-    env = env or reward_env(config, models)
-
-    def do_rollout(params, batch_states, key):
-        return rollout.manager_rollout(
-            rows(batch_states), params, batch_states, key=key, env=env, **kw
-        )
-
-    return states, do_rollout
 
 
 def train(
@@ -219,15 +169,7 @@ def train(
     )
     workdir = Path(workdir)
     with (
-        Checkpointer(
-            workdir / "checkpoints",
-            keep=t.keep,
-            keep_best=bool(t.eval_every and t.keep_best),
-            # Written while training continues; every read of the directory, the next save
-            # and the exit (also on an error) wait for it (`memr1.train.checkpoint`).
-            async_save=True,
-            metadata=lora.checkpoint_metadata(models.lora),
-        ) as ckpt,
+        open_checkpoints(workdir, config, models) as ckpt,
         MetricsWriter(workdir / "logs") as writer,
     ):
         run = dict(cfg=loop_cfg, pad_id=backbone.pad_id, checkpointer=ckpt, writer=writer)
@@ -247,13 +189,12 @@ def train(
         if not states:
             raise ValueError(f"{tuples}: no {config.stage} tuples to train on")
         # -- update ------------------------------------------------------------------------------
-        ref = models.reference
         update = loop.make_rl_update(
             setup,
             config.algo,
             grpo_cfg=grpo.GRPOConfig.from_config(config),
             ppo_cfg=ppo.PPOConfig.from_config(config),
-            ref_params=ref,
+            ref_params=models.reference,
             wrap_step=wrap_step,
         )
         return loop.run_rl(

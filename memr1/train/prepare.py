@@ -95,12 +95,7 @@ def prepare_models(
     like = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), backbone.params
     )
-    answerer = None
-    if config.algo != "sft" and config.stage == "manager":
-        # The backbone's own weights or a checkpoint's, only ever read in the compute dtype:
-        # kept as a copy in it (the train state is donated), cast in its shards.
-        answerer = restore_params(answer_checkpoint, like) if answer_checkpoint else backbone.params
-        answerer = state.frozen_copy(answerer, _shardings(like), decode_dtype(model_cfg))
+    answerer = _frozen_answerer(config, answer_checkpoint, backbone.params, like, model_cfg)
     start, backbone.params = backbone.params, None
     needs_reference = config.algo != "sft" and config.train.kl_beta > 0
     # A resumed run reads the start weights only for its reference.
@@ -140,6 +135,16 @@ def prepare_models(
         answer_backbone=answer_backbone,
         reference=reference,
     )
+
+
+def _frozen_answerer(config, answer_checkpoint, params, like, model_cfg):
+    """The manager stage's frozen Answer Agent (None for other runs): the backbone's own weights
+    or a checkpoint's, only ever read in the compute dtype, so kept as a copy in it (the train
+    state is donated), cast in its shards."""
+    if config.algo == "sft" or config.stage != "manager":
+        return None
+    answerer = restore_params(answer_checkpoint, like) if answer_checkpoint else params
+    return state.frozen_copy(answerer, _shardings(like), decode_dtype(model_cfg))
 
 
 def _shardings(tree):

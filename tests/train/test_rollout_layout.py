@@ -96,7 +96,7 @@ def test_the_manager_rollout_lays_out_the_answerer_once_for_the_reward(copies, m
 def test_the_rollout_batch_is_a_training_setting(monkeypatch, rows, calls, shapes):
     """train.rollout_batch_size, not evaluation's agents.batch_size (1 here), sets a rollout's
     sampler calls: 0 = the process's 3 states in one call."""
-    from memr1.train import __main__ as cli
+    from memr1.train import stages
     from memr1.tuples import io as tuples_io
 
     monkeypatch.setattr(tuples_io, "read_tuples", lambda source, kind: [STATE] * 3)
@@ -112,7 +112,7 @@ def test_the_rollout_batch_is_a_training_setting(monkeypatch, rows, calls, shape
         return real(params, prompts, **kw)
 
     monkeypatch.setattr(policy.sampler, "generate", generate)
-    states, do_rollout = cli.rl_states(config, None, policy, "tuples")
+    states, do_rollout = stages.rl_states(config, None, policy, "tuples")
     _, params = init_model(CFG, seed=0)
     groups, _, _ = do_rollout(params, states, jax.random.key(0))
     assert len(groups) == 3 and len(seen) == calls and set(seen) == shapes

@@ -1,0 +1,75 @@
+"""What an RL stage trains on: its states from the tuples and the rollout that samples and scores
+them (the answer stage's exact match, the manager stage's through the frozen Answer Agent)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from memr1.env import load, rollout
+from memr1.env.answer import AnswerConfig
+from memr1.env.manager_reward import RewardEnv
+from memr1.env.memory_store import BankSpec
+from memr1.env.policy import SamplingConfig
+from memr1.train import multihost
+from memr1.train.prepare import Models
+
+
+def reward_env(config, models: Models) -> RewardEnv:
+    """The manager stage's reward: the frozen Answer Agent reading banks as evaluation does."""
+    from memr1.embed import Encoder
+
+    answerer = load.make_policy(
+        models.answer_backbone,
+        # Each process answers over its own states' banks, on its own devices.
+        multihost.local_replica(models.answerer),
+        batch_size=config.agents.batch_size,
+        max_prompt_tokens=config.agents.max_prompt_tokens,
+        name="frozen answerer",
+    )
+    return RewardEnv(
+        answerer=answerer,
+        embed=Encoder.from_dir().encode,
+        answer=AnswerConfig.from_config(config),
+        bank=BankSpec.from_config(config),
+    )
+
+
+def rl_states(config, models: Models, policy, tuples, env=None) -> tuple[list, Callable]:
+    """The stage's RL states from `tuples` and `rollout(params, states, key)` that samples and
+    scores them: exact match for the answer stage, exact match through the frozen Answer Agent
+    (answering as evaluation does, `memr1.env.manager_reward`) for the manager stage."""
+    from memr1.tuples.io import read_tuples
+
+    t = config.train
+
+    def rows(batch_states):
+        # The rollout's own batch (train.rollout_batch_size), not evaluation's agents.batch_size.
+        return policy.with_batch_size(t.rollout_batch_size or len(batch_states))
+
+    kw = dict(
+        group_size=t.group_size,
+        sampling=SamplingConfig.from_config(config, "rollout"),
+        style=config.agents.style,
+    )
+    if config.stage == "answer":
+        states = [rollout.answer_state_from_tuple(x) for x in read_tuples(tuples, "answer")]
+
+        def do_rollout(params, batch_states, key):
+            distill = config.agents.distill
+            return rollout.answer_rollout(
+                rows(batch_states), params, batch_states, key=key, distill=distill, **kw
+            )
+
+        return states, do_rollout
+    records = read_tuples(tuples, "manager")
+    if t.only_turns_with_qa:
+        records = [r for r in records if r.has_qa]
+    states = [rollout.manager_state_from_tuple(x) for x in records]
+    env = env or reward_env(config, models)
+
+    def do_rollout(params, batch_states, key):
+        return rollout.manager_rollout(
+            rows(batch_states), params, batch_states, key=key, env=env, **kw
+        )
+
+    return states, do_rollout
