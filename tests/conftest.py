@@ -23,9 +23,12 @@ tests first, as xdist would), so the short files fill both workers' time while t
 
 from __future__ import annotations
 
+import json
 import os
+import resource
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -69,3 +72,35 @@ def pytest_collection_modifyitems(config, items) -> None:
     slow = {f for f, tests in by_file.items() if any(t.get_closest_marker("slow") for t in tests)}
     order = sorted(by_file, key=lambda f: (f not in slow, 0 if f in slow else -len(by_file[f])))
     items[:] = [item for f in order for item in by_file[f]]
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU of this process and of the subprocesses it has waited for."""
+    own, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With MEMR1_TEST_TIMES=DIR, appends each test's wall and CPU seconds (setup, call and
+    teardown; the CPU of the subprocesses it ran included) to DIR/<worker>.jsonl. CPU time is
+    what a test costs the machine whatever else runs beside it: wall times on a shared machine
+    are not comparable, CPU seconds are (tools/suite_times.py sums them per file)."""
+    out = os.environ.get("MEMR1_TEST_TIMES")
+    if not out:
+        yield
+        return
+    wall, cpu = time.perf_counter(), _cpu_seconds()
+    yield
+    record = {
+        "test": item.nodeid,
+        "wall_s": time.perf_counter() - wall,
+        "cpu_s": _cpu_seconds() - cpu,
+    }
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    Path(out).mkdir(parents=True, exist_ok=True)
+    with open(Path(out) / f"{worker}.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
