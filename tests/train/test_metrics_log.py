@@ -4,6 +4,8 @@ import glob
 import io
 import math
 import os
+import subprocess
+import sys
 
 import jax.numpy as jnp
 import pytest
@@ -63,3 +65,19 @@ def test_shares_above_five_percent_warn_loudly():
     assert "step 4: answerer_cut_frac=25.0%" in messages[0]
     assert "agents.answer_max_new_tokens" in messages[0]
     assert "malformed_frac=6.2%" in messages[1]
+
+
+def test_the_train_command_starts_without_importing_torch(tmp_path):
+    """tensorboardX imports torch where it is installed; memr1's writer keeps it out (it costs
+    every `memr1.train` start more CPU than JAX's own import) and still writes events."""
+    code = (
+        "import sys; import memr1.train.__main__; from memr1.train import metrics_log\n"
+        f"with metrics_log.MetricsWriter({str(tmp_path)!r}) as w: w.write(0, {{'a': 1.0}})\n"
+        "print('torch' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )  # fmt: skip
+    assert done.stdout.strip() == "False"
+    assert glob.glob(str(tmp_path / "**" / "events.out.tfevents.*"), recursive=True)
