@@ -26,7 +26,7 @@ class JaxEngine:
 
     def __init__(self, setup, state, batch, ref, args, n_params: int, peak_fn):
         from memr1.rl.grpo import GRPOConfig
-        from memr1.train.steps import make_grpo_step
+        from memr1.train.steps import make_grpo_reference, make_grpo_step
         from memr1.train.update import shard_batch
 
         self.n_params, self.state, self.peak_fn = n_params, state, peak_fn
@@ -43,11 +43,16 @@ class JaxEngine:
         )
         step = make_grpo_step(setup, cfg)
         self.batch = shard_batch(setup, batch)
-        self.extra_args = (ref,) if args.kl_beta > 0 else ()
+        # With β > 0 a step is two programs, as in training: the reference's forward pass
+        # (scored on every step here, as the PyTorch side does), then the update.
+        self.ref, self.ref_compiled = ref, None
+        t0 = time.perf_counter()
+        if args.kl_beta > 0:
+            self.ref_compiled = make_grpo_reference(setup, cfg).lower(ref, self.batch).compile()
+            self.batch["ref_logp"] = self.ref_compiled(ref, self.batch)
         # Compiled ahead of time, so compile time is reported apart from the first step and
         # XLA's own memory plan of the step (temporaries, donated buffers) lands in the report.
-        t0 = time.perf_counter()
-        self.compiled = step.lower(state, self.batch, *self.extra_args).compile()
+        self.compiled = step.lower(state, self.batch).compile()
         self.compile_s = time.perf_counter() - t0
         plan = self.compiled.memory_analysis()
         self.xla = {
@@ -60,7 +65,9 @@ class JaxEngine:
         import jax
 
         # The state is donated to the step: rebind it every time.
-        self.state, metrics = self.compiled(self.state, self.batch, *self.extra_args)
+        if self.ref_compiled is not None:
+            self.batch["ref_logp"] = self.ref_compiled(self.ref, self.batch)
+        self.state, metrics = self.compiled(self.state, self.batch)
         jax.block_until_ready((self.state, metrics))
         if not self.first:
             return None
@@ -73,7 +80,7 @@ class JaxEngine:
 
     def finish(self) -> dict:
         extra = {"peak_device_bytes": self.peak_fn(), "compile_s": self.compile_s}
-        self.state = self.batch = self.compiled = None
+        self.state = self.batch = self.compiled = self.ref_compiled = self.ref = None
         return {**extra, "xla_memory": self.xla}
 
 

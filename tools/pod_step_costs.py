@@ -168,10 +168,12 @@ def update_batch(prompt_len, reply_len, group: int, budget: int, widths: str) ->
         batch, _ = batches.pack_rollout(
             groups, rewards, response_width=budget, pad_id=0, prompt_width=_pow2(max(prompt_len))
         )
-    return {
+    out = {
         k: batch[k]
         for k in ("tokens", "valid", "prompt_mask", "response_mask", "advantages", "old_logp")
     }
+    out["ref_logp"] = batch["old_logp"]  # the reference pass's output (its own program)
+    return out
 
 
 def abstract_batch(setup, batch: dict, rows: int) -> dict:
@@ -199,7 +201,7 @@ def update_stage(setup, grpo_cfg, n, batch, *, group, devices, memory: bool) -> 
     micro_rows = rows // grpo_cfg.n_micro
     one = dataclasses.replace(grpo_cfg, n_micro=1, logprob_chunk=width)
     step = steps.make_grpo_step(setup, one)
-    mb = step.lower(setup.abstract_state, abstract_batch(setup, batch, micro_rows), ref).compile()
+    mb = step.lower(setup.abstract_state, abstract_batch(setup, batch, micro_rows)).compile()
     compiled = grpo_cfg.n_micro * flops_of(mb)
     valid = batch["valid"]
     p = batch["prompt_mask"].shape[1]
@@ -226,10 +228,17 @@ def update_stage(setup, grpo_cfg, n, batch, *, group, devices, memory: bool) -> 
         "compiled_over_positions": compiled / dense,
         "xla_memory": None,
     }
+    # The KL reference's forward-only program, once per rollout (against 2N a real token).
+    fields = {k: batch[k] for k in one.logprob_fields()}
+    ref_fn = steps.make_grpo_reference(setup, one)
+    rmb = ref_fn.lower(ref, abstract_batch(setup, fields, micro_rows)).compile()
+    out["reference_flops"] = grpo_cfg.n_micro * flops_of(rmb)
+    out["reference_real_flops"] = real / 3.0
+    out["reference_over_real"] = out["reference_flops"] / out["reference_real_flops"]
     if memory:
         full = steps.make_grpo_step(setup, grpo_cfg)
         out["xla_memory"] = xla_memory(
-            full.lower(setup.abstract_state, abstract_batch(setup, batch, rows), ref).compile()
+            full.lower(setup.abstract_state, abstract_batch(setup, batch, rows)).compile()
         )
     return out
 

@@ -16,27 +16,30 @@ Batch fields (rows = B prompts × G samples, prompt-major like the sampler's out
   sampler_logp   [BG, T] optional: the sampler's log-probs, only to log the sampler-vs-trainer gap
                  (pass the same array as old_logp when the sampler's values are the ratio's
                  denominator).
+  ref_logp       [BG, T] with β > 0: the KL reference's log-probs, computed once per rollout by
+                 a forward-only program (`memr1.train.steps.make_grpo_reference`, the loss's own
+                 log-prob function on the reference weights), as verl's `compute_ref_log_prob`
+                 runs before `update_actor`: the update program never runs the reference.
 
 Advantages are computed OUTSIDE the step, with `memr1.rl.advantages.grpo_advantages` on the
 [B, G] rewards (see `grpo_batch_from_rollout`): rewards come from the host (exact-match scoring
 of decoded answers), the group statistics (the zero-signal rate) belong to the rollout's metrics,
 and a step that takes per-row advantages works for any micro-batch split or shuffling of rows.
 
-KL: β·KL(policy ‖ reference) with a named estimator (k3 by default). With β = 0 the step is built
-without a reference argument and never traces a reference forward pass.
+KL: β·KL(policy ‖ reference) with a named estimator (k3 by default), read off `ref_logp`. With
+β = 0 the batch needs no `ref_logp` and no reference pass exists.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from memr1.models.params import merge_params, rebind
+from memr1.models.params import merge_params
 from memr1.rl import advantages as adv_lib
 from memr1.rl.logprobs import grouped_logprobs, sequence_logprobs
 from memr1.rl.losses import KL_ESTIMATORS, aggregate, kl_penalty, masked_mean, policy_loss
@@ -119,46 +122,51 @@ class GRPOConfig:
             )
         return batch["prompt_mask"].shape[-1]
 
-    def logprobs(self, graphdef, params, tokens_BT, valid_BT, prompt_width=None):
-        """(logp, entropy) of every row's tokens under `params`, as the loss reads them;
-        `prompt_width` (from `self.prompt_width(batch)`) when the prompt is shared."""
+    def required_fields(self) -> tuple[str, ...]:
+        """The batch fields the update reads (`ref_logp` only with β > 0)."""
+        shared = ("prompt_mask",) if self.prompt_group > 1 else ()
+        return FIELDS + shared + (("ref_logp",) if self.kl_beta != 0.0 else ())
+
+    def logprob_fields(self) -> tuple[str, ...]:
+        """The batch fields `logprobs` reads."""
+        return ("tokens", "valid") + (("prompt_mask",) if self.prompt_group > 1 else ())
+
+    def logprobs(self, graphdef, params, mb) -> tuple[jax.Array, jax.Array]:
+        """(logp, entropy) of a (micro-)batch's tokens under `params`, as the loss reads them:
+        the policy's in the update, the reference's in `make_grpo_reference`."""
         kw = dict(temperature=self.temperature, chunk=self.logprob_chunk)
         if self.prompt_group == 1:
-            return sequence_logprobs(graphdef, params, tokens_BT, valid_BT, **kw)
+            return sequence_logprobs(graphdef, params, mb["tokens"], mb["valid"], **kw)
         return grouped_logprobs(
             graphdef,
             params,
-            tokens_BT,
-            valid_BT,
+            mb["tokens"],
+            mb["valid"],
             group=self.prompt_group,
-            prompt_width=prompt_width,
+            prompt_width=self.prompt_width(mb),
             **kw,
         )
 
 
 def kl_to_reference(
-    graphdef: Any,
-    ref_params: Any,
     mb: dict,
     logp_BT: jax.Array,
     mask_BT: jax.Array,
     *,
-    logprobs: Callable[..., tuple[jax.Array, jax.Array]],
     beta: float,
     estimator: str,
     aggregation: str,
     n_tokens: jax.Array,
     n_seqs: jax.Array,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """β·KL term of a micro-batch (globally normalised) and its metric; zero, untraced, if β = 0.
+    """β·KL term of a micro-batch (globally normalised) and its metric; zero if β = 0.
 
-    `logprobs(graphdef, params, tokens, valid)` is the policy's own log-prob function, so the
-    reference is scored exactly as the policy is.
+    The reference's log-probs are the batch's `ref_logp`, scored once per rollout by the
+    policy's own log-prob function on the reference weights (see the module docstring).
     """
     if beta == 0.0:
         return jnp.zeros((), jnp.float32), {}
-    ref_logp, _ = logprobs(graphdef, rebind(ref_params), mb["tokens"], mb["valid"])
-    kl_BT = kl_penalty(logp_BT, jax.lax.stop_gradient(ref_logp), estimator)
+    kl_BT = kl_penalty(logp_BT, jax.lax.stop_gradient(mb["ref_logp"]), estimator)
     kl = aggregate(kl_BT, mask_BT, aggregation, num_tokens=n_tokens, num_sequences=n_seqs)
     return beta * kl, {"kl": kl}
 
@@ -198,7 +206,7 @@ def pad_frac(valid_BT: jax.Array, prompt_width: int | None = None, group: int = 
 
 
 def grpo_loss(graphdef: Any, cfg: GRPOConfig) -> Callable:
-    """GRPO's `loss_factory(batch, frozen, ref_params) -> (loss_fn, batch_metrics)` for
+    """GRPO's `loss_factory(batch, frozen) -> (loss_fn, batch_metrics)` for
     `memr1.train.update.make_step` (built into the jitted step by `memr1.train.steps`).
 
     `loss_fn(diff, mb)` is the clipped surrogate on per-sequence advantages plus β·KL to the
@@ -208,16 +216,20 @@ def grpo_loss(graphdef: Any, cfg: GRPOConfig) -> Callable:
     (the share of the update's positions that are padding).
     """
 
-    def loss_factory(batch, frozen, ref_params):
+    def loss_factory(batch, frozen):
+        if cfg.kl_beta != 0.0 and "ref_logp" not in batch:
+            raise ValueError(
+                f"GRPO with kl_beta={cfg.kl_beta} (train.kl_beta) needs the batch field "
+                f"'ref_logp' (steps.make_grpo_reference); the batch has {sorted(batch)}"
+            )
         mask = batch["response_mask"] & batch["valid"]
         n_tokens = mask.astype(jnp.float32).sum()
         n_seqs = jnp.asarray(mask.shape[0], jnp.float32)
         width = cfg.prompt_width(batch)
-        logprobs = functools.partial(cfg.logprobs, prompt_width=width)
 
         def loss_fn(diff, mb):
             params = merge_params(diff[0], frozen)
-            logp, ent = logprobs(graphdef, params, mb["tokens"], mb["valid"])
+            logp, ent = cfg.logprobs(graphdef, params, mb)
             m = mb["response_mask"] & mb["valid"]
             old = mb["old_logp"] if "old_logp" in mb else jax.lax.stop_gradient(logp)
             pg, pg_metrics = policy_loss(
@@ -233,12 +245,9 @@ def grpo_loss(graphdef: Any, cfg: GRPOConfig) -> Callable:
                 num_sequences=n_seqs,
             )
             kl_loss, kl_metrics = kl_to_reference(
-                graphdef,
-                ref_params,
                 mb,
                 logp,
                 m,
-                logprobs=logprobs,
                 beta=cfg.kl_beta,
                 estimator=cfg.kl_estimator,
                 aggregation=cfg.aggregation,

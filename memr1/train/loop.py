@@ -280,24 +280,35 @@ def make_rl_update(
     if algo in settings and settings[algo] is None:
         raise ValueError(f"make_rl_update({algo!r}) needs {algo}_cfg")
 
-    def with_ref(fn, beta):
+    def needs_ref(beta):
         if beta > 0 and ref_params is None:
             raise ValueError(f"{algo} with KL beta={beta} needs reference parameters")
-        return (lambda s, b: fn(s, b, ref_params)) if beta > 0 else fn
+        return beta > 0
 
     built = wrap_step or (lambda make: make(None))
 
     if algo == "grpo":
         make = lambda hook: steps.make_grpo_step(setup, grpo_cfg, before_guard=hook)
-        step = with_ref(built(make), grpo_cfg.kl_beta)
+        step = built(make)
+        reference = steps.make_grpo_reference(setup, grpo_cfg)
+        with_ref = needs_ref(grpo_cfg.kl_beta)
         # The shared-prompt update reads the prompt width off `prompt_mask` (rl.grpo).
         shared = ("prompt_mask",) if grpo_cfg.prompt_group > 1 else ()
         fields = grpo.FIELDS + shared + ("old_logp", "sampler_logp")
-        return lambda s, b: step(s, shard_batch(setup, {k: b[k] for k in fields if k in b}))
+
+        def grpo_update(s, b):
+            batch = shard_batch(setup, {k: b[k] for k in fields if k in b})
+            if with_ref:  # the reference's forward pass, once per rollout
+                batch["ref_logp"] = reference(ref_params, batch)
+            return step(s, batch)
+
+        return grpo_update
     if algo == "ppo":
-        prepare = steps.make_ppo_prepare(setup, ppo_cfg)
+        prepare_fn = steps.make_ppo_prepare(setup, ppo_cfg)
+        ref = (ref_params,) if needs_ref(ppo_cfg.kl_beta) else ()
+        prepare = lambda s, b: prepare_fn(s, b, *ref)  # the reference runs here, once a rollout
         make = lambda hook: steps.make_ppo_step(setup, ppo_cfg, before_guard=hook)
-        step = with_ref(built(make), ppo_cfg.kl_beta)
+        step = built(make)
         fields = ppo.PREPARE_FIELDS + ("old_logp", "sampler_logp")
 
         def update(s, b):

@@ -35,7 +35,7 @@ def test_grpo_epochs_on_sampler_logprobs_follow_the_advantages(policy, reference
     old = np.asarray(logp_fn(s0.params, batch))
     batch["old_logp"] = old
     batch["sampler_logp"] = (old - 0.05 * batch["response_mask"]).astype(np.float32)
-    step = steps.make_grpo_step(setup, GRPO_CFG)
+    step = tiny.with_reference_step(setup, GRPO_CFG, steps.make_grpo_step(setup, GRPO_CFG))
     state = tiny.copy_tree(s0)
     history = []
     for _ in range(3):
@@ -66,7 +66,9 @@ def test_grpo_epochs_on_sampler_logprobs_follow_the_advantages(policy, reference
     assert not tiny.leaves_equal(state.params, s0.params)
 
 
-def test_beta_zero_never_traces_the_reference_pass(policy, reference, monkeypatch):
+def test_the_update_never_runs_the_reference(policy, reference, monkeypatch):
+    """The update program traces one forward pass (the policy's) whatever β; with β > 0 it
+    reads the reference's log-probs off the batch, which one forward-only program scores."""
     setup, s0 = policy
     calls = []
     real = grpo.sequence_logprobs
@@ -75,15 +77,18 @@ def test_beta_zero_never_traces_the_reference_pass(policy, reference, monkeypatc
     steps.make_grpo_step(setup, tiny.grpo_config(kl_beta=0.0)).trace(s0, batch)
     without_ref = len(calls)
     calls.clear()
-    steps.make_grpo_step(setup, tiny.grpo_config(kl_beta=0.1)).trace(s0, batch, reference)
-    with_ref = len(calls)
-    assert (without_ref, with_ref) == (1, 2), "β = 0 must trace only the policy's forward pass"
-    # The β = 0 step has no reference argument at all; the β > 0 step requires one (jit's own
-    # argument check says so before anything is traced).
-    with pytest.raises((TypeError, ValueError)):
-        steps.make_grpo_step(setup, tiny.grpo_config(kl_beta=0.0)).trace(s0, batch, reference)
-    with pytest.raises(ValueError, match="in_shardings"):
-        steps.make_grpo_step(setup, tiny.grpo_config(kl_beta=0.1)).trace(s0, batch, None)
+    cfg = tiny.grpo_config(kl_beta=0.1)
+    ref_logp = steps.make_grpo_reference(setup, cfg)(reference, batch)
+    reference_pass = len(calls)
+    calls.clear()
+    steps.make_grpo_step(setup, cfg).trace(s0, {**batch, "ref_logp": ref_logp})
+    assert (without_ref, reference_pass, len(calls)) == (1, 1, 1)
+    # The reference pass gives the policy's own log-prob function on the reference weights.
+    want = update.make_logprob_fn(setup, chunk=tiny.CHUNK)(reference, batch)
+    np.testing.assert_array_equal(np.asarray(ref_logp), np.asarray(want))
+    # A β > 0 step without the reference's log-probs is a named error, before any compute.
+    with pytest.raises(ValueError, match="'ref_logp'"):
+        steps.make_grpo_step(setup, cfg).trace(s0, batch)
 
 
 def test_nan_guard_refuses_a_poisoned_update(policy, reference, grpo_step):
@@ -142,10 +147,13 @@ def test_shared_prompt_step_equals_whole_rows(policy, reference, n_micro):
     cfg = dict(n_micro=n_micro, kl_beta=0.05, group_size=g)
     shared_cfg = tiny.grpo_config(shared_prompt=True, **cfg)
     assert shared_cfg.prompt_group == g
-    l1, g1, m1 = steps.make_grpo_step(setup, tiny.grpo_config(**cfg), grads_only=True)(
-        s0, batch, reference
+    whole_cfg = tiny.grpo_config(**cfg)
+    l1, g1, m1 = steps.make_grpo_step(setup, whole_cfg, grads_only=True)(
+        s0, tiny.with_reference(setup, whole_cfg, batch, reference)
     )
-    l2, g2, m2 = steps.make_grpo_step(setup, shared_cfg, grads_only=True)(s0, batch, reference)
+    l2, g2, m2 = steps.make_grpo_step(setup, shared_cfg, grads_only=True)(
+        s0, tiny.with_reference(setup, shared_cfg, batch, reference)
+    )
     assert float(l1) != 0.0
     assert float(l2) == pytest.approx(float(l1), abs=1e-6)
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2), strict=True):

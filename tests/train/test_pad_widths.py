@@ -85,11 +85,12 @@ def test_pad_frac_counts_the_positions_the_update_runs():
         "prompt_mask": jnp.asarray(valid[:, :4]),
     }
     shared = grpo.grpo_loss(None, tiny.grpo_config(shared_prompt=True, group_size=2))
-    assert float(shared(batch, None, None)[1]["pad_frac"]) == pytest.approx(7 / 20)
+    batch["ref_logp"] = jnp.zeros(valid.shape, jnp.float32)
+    assert float(shared(batch, None)[1]["pad_frac"]) == pytest.approx(7 / 20)
     whole = grpo.grpo_loss(None, tiny.grpo_config(group_size=2))
-    assert float(whole(batch, None, None)[1]["pad_frac"]) == pytest.approx(8 / 28)
+    assert float(whole(batch, None)[1]["pad_frac"]) == pytest.approx(8 / 28)
     actor_critic = ppo.ppo_loss(None, None, tiny.ppo_config())
-    assert float(actor_critic(batch, None, None)[1]["pad_frac"]) == pytest.approx(8 / 28)
+    assert float(actor_critic(batch, None)[1]["pad_frac"]) == pytest.approx(8 / 28)
 
 
 @pytest.mark.slow
@@ -107,11 +108,13 @@ def test_shared_prompt_loss_on_a_bucketed_batch_equals_whole_rows(policy, refere
     fields = grpo.FIELDS + ("prompt_mask", "old_logp")
     batch = {k: batch[k] for k in fields}
     cfg = dict(n_micro=2, kl_beta=0.05, group_size=g)
-    l1, g1, m1 = steps.make_grpo_step(setup, tiny.grpo_config(**cfg), grads_only=True)(
-        s0, batch, reference
+    whole_cfg, shared = tiny.grpo_config(**cfg), tiny.grpo_config(shared_prompt=True, **cfg)
+    l1, g1, m1 = steps.make_grpo_step(setup, whole_cfg, grads_only=True)(
+        s0, tiny.with_reference(setup, whole_cfg, batch, reference)
     )
-    shared = tiny.grpo_config(shared_prompt=True, **cfg)
-    l2, g2, m2 = steps.make_grpo_step(setup, shared, grads_only=True)(s0, batch, reference)
+    l2, g2, m2 = steps.make_grpo_step(setup, shared, grads_only=True)(
+        s0, tiny.with_reference(setup, shared, batch, reference)
+    )
     assert float(l1) != 0.0
     assert float(l2) == pytest.approx(float(l1), abs=1e-6)
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2), strict=True):

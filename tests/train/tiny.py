@@ -110,6 +110,29 @@ def grpo_batch(step: int = 0, seed: int = 0, group: int = 4) -> dict[str, np.nda
     }
 
 
+def with_reference(setup, cfg, batch, reference) -> dict:
+    """`batch` with the KL reference's log-probs `ref_logp`, scored by the forward-only program
+    the loop runs once per rollout (`steps.make_grpo_reference`); `batch` itself if β = 0."""
+    from memr1.train import steps
+
+    if cfg.kl_beta == 0.0:
+        return batch
+    return {**batch, "ref_logp": steps.make_grpo_reference(setup, cfg)(reference, batch)}
+
+
+def with_reference_step(setup, cfg, step):
+    """`step(state, batch, reference)`: a GRPO update `step(state, batch)` given the reference
+    weights, whose log-probs it adds to the batch first (as `loop.make_rl_update` does)."""
+    from memr1.train import steps
+
+    ref_fn = steps.make_grpo_reference(setup, cfg)
+
+    def run(state, batch, reference):
+        return step(state, {**batch, "ref_logp": ref_fn(reference, batch)})
+
+    return run
+
+
 def copy_tree(tree):
     """A fresh copy (new buffers, same shardings): steps donate their input state."""
     return jax.tree.map(jnp.copy, tree)
