@@ -37,19 +37,24 @@ class JaxEngine:
             kl_estimator="k3",
             temperature=1.0,
             n_micro=1,
-            prompt_group=args.group if args.shared_prompt else 1,
+            pack_group=args.group if args.shared_prompt else 1,
             dual_clip=3.0,
             logprob_chunk=args.logprob_chunk,
         )
         step = make_grpo_step(setup, cfg)
+        if cfg.packed:  # one row a group, as the loop feeds the update
+            from memr1.train.batches import pack_step_groups
+
+            batch = pack_step_groups(batch, args.group)
         self.batch = shard_batch(setup, batch)
         # With β > 0 a step is two programs, as in training: the reference's forward pass
         # (scored on every step here, as the PyTorch side does), then the update.
         self.ref, self.ref_compiled = ref, None
         t0 = time.perf_counter()
+        self.ref_input = dict(self.batch)  # the reference program's input: no ref_logp
         if args.kl_beta > 0:
-            self.ref_compiled = make_grpo_reference(setup, cfg).lower(ref, self.batch).compile()
-            self.batch["ref_logp"] = self.ref_compiled(ref, self.batch)
+            self.ref_compiled = make_grpo_reference(setup, cfg).lower(ref, self.ref_input).compile()
+            self.batch["ref_logp"] = self.ref_compiled(ref, self.ref_input)
         # Compiled ahead of time, so compile time is reported apart from the first step and
         # XLA's own memory plan of the step (temporaries, donated buffers) lands in the report.
         self.compiled = step.lower(state, self.batch).compile()
@@ -66,7 +71,7 @@ class JaxEngine:
 
         # The state is donated to the step: rebind it every time.
         if self.ref_compiled is not None:
-            self.batch["ref_logp"] = self.ref_compiled(self.ref, self.batch)
+            self.batch["ref_logp"] = self.ref_compiled(self.ref, self.ref_input)
         self.state, metrics = self.compiled(self.state, self.batch)
         jax.block_until_ready((self.state, metrics))
         if not self.first:
@@ -81,6 +86,7 @@ class JaxEngine:
     def finish(self) -> dict:
         extra = {"peak_device_bytes": self.peak_fn(), "compile_s": self.compile_s}
         self.state = self.batch = self.compiled = self.ref_compiled = self.ref = None
+        self.ref_input = None
         return {**extra, "xla_memory": self.xla}
 
 

@@ -69,6 +69,7 @@ class LoopConfig:
     desc: str
     eval_every: int  # validate every this many steps (and before the first, and after the last)
     keep_best: str  # the validation metric of the best checkpoint ("-" prefix: minimised)
+    packed: bool = False  # GRPO under train.shared_prompt: a group a row (`memr1.rl.packing`)
 
     def __post_init__(self):
         # Checked here so that a bad setting fails before any model is loaded or compiled.
@@ -108,6 +109,7 @@ class LoopConfig:
             desc=f"{config.stage}/{config.algo}",
             eval_every=t.eval_every,
             keep_best=t.keep_best,
+            packed=config.algo == "grpo" and bool(t.shared_prompt),
         )
 
 
@@ -280,7 +282,7 @@ def make_rl_update(
     if algo in settings and settings[algo] is None:
         raise ValueError(f"make_rl_update({algo!r}) needs {algo}_cfg")
 
-    def needs_ref(beta):
+    def needs_ref(beta):  # a reference pass exists only with β > 0
         if beta > 0 and ref_params is None:
             raise ValueError(f"{algo} with KL beta={beta} needs reference parameters")
         return beta > 0
@@ -288,17 +290,16 @@ def make_rl_update(
     built = wrap_step or (lambda make: make(None))
 
     if algo == "grpo":
-        make = lambda hook: steps.make_grpo_step(setup, grpo_cfg, before_guard=hook)
-        step = built(make)
-        reference = steps.make_grpo_reference(setup, grpo_cfg)
-        with_ref = needs_ref(grpo_cfg.kl_beta)
-        # The shared-prompt update reads the prompt width off `prompt_mask` (rl.grpo).
-        shared = ("prompt_mask",) if grpo_cfg.prompt_group > 1 else ()
-        fields = grpo.FIELDS + shared + ("old_logp", "sampler_logp")
+        step = built(lambda hook: steps.make_grpo_step(setup, grpo_cfg, before_guard=hook))
+        reference = needs_ref(grpo_cfg.kl_beta) and steps.make_grpo_reference(setup, grpo_cfg)
+        fields = grpo.FIELDS + ("prompt_mask", "old_logp", "sampler_logp")
 
         def grpo_update(s, b):
-            batch = shard_batch(setup, {k: b[k] for k in fields if k in b})
-            if with_ref:  # the reference's forward pass, once per rollout
+            b = {k: b[k] for k in fields if k in b}
+            if grpo_cfg.packed:  # one row a group, at widths common to every process
+                b = batches.pack_step_groups(b, grpo_cfg.pack_group)
+            batch = shard_batch(setup, b)
+            if reference:  # the reference's forward pass, once per rollout
                 batch["ref_logp"] = reference(ref_params, batch)
             return step(s, batch)
 
@@ -307,8 +308,7 @@ def make_rl_update(
         prepare_fn = steps.make_ppo_prepare(setup, ppo_cfg)
         ref = (ref_params,) if needs_ref(ppo_cfg.kl_beta) else ()
         prepare = lambda s, b: prepare_fn(s, b, *ref)  # the reference runs here, once a rollout
-        make = lambda hook: steps.make_ppo_step(setup, ppo_cfg, before_guard=hook)
-        step = built(make)
+        step = built(lambda hook: steps.make_ppo_step(setup, ppo_cfg, before_guard=hook))
         fields = ppo.PREPARE_FIELDS + ("old_logp", "sampler_logp")
 
         def update(s, b):
@@ -361,7 +361,8 @@ def run_rl(
     devices = setup.mesh.shape["data"] * setup.mesh.shape["fsdp"]
     quantum = 0
     if cfg.drop_zero_signal:
-        quantum = batches.signal_quantum(cfg.batch_size, cfg.group_size, cfg.n_micro, devices)
+        sizes = (cfg.batch_size, cfg.group_size, cfg.n_micro, devices)
+        quantum = batches.signal_quantum(*sizes, packed=cfg.packed)
     bar = progress(range(start, cfg.steps), total=cfg.steps, initial=start, desc=cfg.desc)
     for step in bar:
         started = time.perf_counter()

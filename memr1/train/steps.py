@@ -47,7 +47,6 @@ def make_grpo_step(
         n_micro=cfg.n_micro,
         loss_factory=grpo.grpo_loss(setup.graphdef, cfg),
         grads_only=grads_only,
-        micro_unit=cfg.prompt_group,
         before_guard=before_guard,
     )
 
@@ -61,7 +60,6 @@ def make_grpo_reference(setup: TrainSetup, cfg: grpo.GRPOConfig) -> Callable:
         logprobs=lambda graphdef, params, mb: cfg.logprobs(graphdef, params, mb)[0],
         fields=cfg.logprob_fields(),
         n_micro=cfg.n_micro,
-        micro_unit=cfg.prompt_group,
     )
 
 

@@ -108,7 +108,7 @@ def to_micro(batch: Batch, n_micro: int, unit: int = 1) -> dict[str, jax.Array]:
 
     Interleaving (micro-batch m takes units m, m + M, ...) draws every micro-batch evenly from
     each device's contiguous block of rows. A unit is `unit` consecutive rows that stay together
-    (a GRPO group whose prompt runs once: `grpo.GRPOConfig.prompt_group`).
+    (no update needs one since GRPO groups are packed into one row, `memr1.rl.packing`).
     """
 
     def split(x):

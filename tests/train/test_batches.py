@@ -93,6 +93,9 @@ def test_signal_quantum_keeps_rows_divisible_and_shapes_few():
     assert signal_quantum(16, 8, 8, 1) == 8  # 8 micro-batches of whole groups
     q = signal_quantum(12, 2, 1, 8)  # 8 devices, 2 rows a group: 4 groups at a time
     assert q == 4 and (q * 2) % 8 == 0
+    # Packed GRPO: a group is one row, so kept groups split over micro-batches and devices.
+    assert signal_quantum(12, 2, 1, 8, packed=True) == 8
+    assert signal_quantum(128, 8, 16, 8, packed=True) == 128
 
 
 def test_signal_first_keeps_signal_groups_then_fills_in_rollout_order():

@@ -70,8 +70,9 @@ def sft_config(*, chunk: int = CHUNK, **train: Any) -> sft.SFTConfig:
 
 
 def loop_config(*, seed: int = 0, **train: Any) -> loop.LoopConfig:
-    """The loop of `config(**train)` with run seed `seed`."""
-    cfg = config(**train)
+    """The loop of `config(**train)` with run seed `seed`; rows unpacked (train.shared_prompt
+    off) unless `train` says otherwise, as `grpo_config`'s update."""
+    cfg = config(**{"shared_prompt": False, **train})
     cfg.seed = seed
     return loop.LoopConfig.from_config(cfg)
 
