@@ -164,6 +164,16 @@ def pack_step_groups(batch: dict[str, np.ndarray], group: int) -> dict[str, np.n
     return packing.pack_groups(batch, group, width, min(width_bucket(reply_need), width))
 
 
+def update_tokens(batch: dict[str, np.ndarray], cfg) -> int:
+    """The real tokens the update runs for this process's row-layout `batch`: every row's, or
+    under packing (`cfg.packed`, a `loop.LoopConfig`) each group's prompt once."""
+    real = int(np.sum(batch["valid"]))
+    if not cfg.packed:
+        return real
+    prompts = batch["prompt_mask"]
+    return real - int(np.sum(prompts)) + int(np.sum(prompts[:: cfg.group_size]))
+
+
 def keep_signal_groups(
     batch: dict[str, np.ndarray], group: int, quantum: int
 ) -> tuple[dict[str, np.ndarray], dict[str, float]]:

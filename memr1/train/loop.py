@@ -6,9 +6,9 @@ resumed from its last checkpoint replays exactly the steps it had not saved. Its
 then reads as if it had never stopped: every metric of a checkpointed step is written before the
 checkpoint, and a resumed run first drops the records of the steps it is about to replay.
 
-Every step also logs `time/step_s` (from the start of its iteration until its results are on the
-host; see `metrics_log.LaggedMetrics`) and `perf/tokens_per_s` (the real, non-padding prompt +
-response tokens its update processed, over that time); a GRPO/PPO step's rollout share of it is
+Every step also logs `time/step_s` (from its iteration's start until its results are on the host;
+see `metrics_log.LaggedMetrics`) and `perf/tokens_per_s` (the real prompt, a packed group's once,
++ response tokens its update processed, over that time); a GRPO/PPO step's rollout share of it is
 `time_sample_s` + `time_reward_s`. Such wall-clock fields are named so that
 `metrics_log.is_wall_clock` recognises them: a `time/` or `perf/` section, or a `time_` name;
 comparisons of two runs' logs (the fault drill, the resume tests) skip exactly those.
@@ -388,7 +388,7 @@ def run_rl(
         # -- update -------------------------------------------------------------------------
         state, metrics = update(state, batch)
         metrics = {**metrics, **stats}
-        timing = (started, sum(multihost.gather(int(np.sum(batch["valid"])))))
+        timing = (started, sum(multihost.gather(batches.update_tokens(batch, cfg))))
         _finish_step(step, metrics, lag, writer, bar, cfg, checkpointer, state, timing, val)
     _flush(lag, writer, bar, cfg)
     return state
