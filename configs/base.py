@@ -193,17 +193,19 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
     LoRA (`memr1.train.lora`, through qwix): `lora_rank` > 0 trains only rank-r adapters on the
     weights of the modules matching `lora_module_path` (a regex over paths like
     `layers/0/attn`), scaled by `lora_alpha / lora_rank`; 0 trains every weight (the paper).
-    `shared_prompt` (GRPO): the G samples of a prompt share one forward pass of the prompt in the
-    update (`memr1.rl.logprobs.grouped_logprobs`: same values, far fewer tokens); micro-batches
-    then hold whole groups. `drop_zero_signal` (GRPO): groups whose G rewards are all equal
+    `shared_prompt` (GRPO): the update packs each group into one row, its prompt once and its G
+    replies back to back (`memr1.rl.packing`, `memr1.rl.logprobs.packed_logprobs`: the row
+    layout's values, without running the prompt G times or padding a reply to the longest);
+    a row is then a group, and `micro_rows` counts groups. PPO keeps one row a sample.
+    `drop_zero_signal` (GRPO): groups whose G rewards are all equal
     (zero advantages) skip the update (`memr1.train.batches.keep_signal_groups`); off in the
     paper's setting, it changes the loss normalisation. `oversample` (GRPO): each step rolls
     out `oversample` x `batch_size` states and updates on `batch_size` groups, those with a
     reward spread first (`memr1.train.batches.signal_first_groups`); 1 (the paper) = off.
     `n_micro` splits each update into that many micro-batches (gradient accumulation);
     `micro_rows` > 0 derives it at run time instead, from the mesh: micro-batches of
-    `micro_rows` rows on each data x fsdp shard, holding whole groups under `shared_prompt`
-    (`memr1.train.mesh.micro_batch_count`). Set one of the two, not both.
+    `micro_rows` rows on each data x fsdp shard (packed groups under `shared_prompt`;
+    `memr1.train.mesh.micro_batch_count`). Set one of the two, not both.
     `gamma` and `lam` (PPO): the GAE discount and λ over response tokens, 1.0 and 1.0 as in verl
     (the outcome reward on the last token then reaches every token undiscounted).
     `eval_every` > 0 validates the policy (`memr1.train.validation`: verl's `test_freq` with

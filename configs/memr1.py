@@ -99,8 +99,11 @@ def paper_recipe(config: ml_collections.ConfigDict) -> None:
     block recomputed in the backward pass. Validation every 10 steps (greedy, on the validation
     split's tuples, conv-30 of LoCoMo: `--val_tuples`; the paper validates on that split but
     does not say how often). `micro_rows` sets the micro-batch from the mesh at
-    run time (`memr1.train.mesh.micro_batch_count`): the paper ran 2 rows per GPU; 1 is the
-    setting `tools/memory_estimate.py` finds safe for 7B on 4 and 14B on 8 80-GB devices.
+    run time (`memr1.train.mesh.micro_batch_count`): the paper ran 2 rows per GPU; here a GRPO
+    row is one packed group (`train.shared_prompt`: a prompt and its G replies, ~3-6k tokens at
+    answer-stage lengths), so 1 puts one group on each device per micro-batch. Sized in rows,
+    not tokens as verl's `ppo_max_token_len_per_gpu` is: a jitted step needs fixed shapes, and
+    a packed row's width already follows the step's longest group (`batches.pack_step_groups`).
     """
     config.mesh.update(data=1, fsdp=-1, tensor=1)
     config.model.remat = True

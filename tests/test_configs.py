@@ -109,9 +109,13 @@ def test_the_paper_recipe_and_its_micro_batches(memr1_config):
     )
     assert config.model.remat and config.agents.max_prompt_tokens == 4096
     assert (t.rollout_batch_size, memr1_config.get_config().train.rollout_batch_size) == (16, 0)
-    # One device here: micro-batches of one whole group of G = 8 rows.
+    # The recipe's GRPO update packs one row a group (train.shared_prompt); on one device here
+    # a micro-batch is one packed group.
+    from memr1.rl.grpo import GRPOConfig
+
     resolve_micro_batches(config)
-    assert t.n_micro == 128 * 8 // 8
+    assert t.n_micro == 128
+    assert GRPOConfig.from_config(config).pack_group == t.group_size == 8
     config = memr1_config.get_config("recipe=paper")
     config.train.n_micro = 4
     with pytest.raises(ValueError, match="set one of them"):

@@ -2,7 +2,7 @@
 FLOPs against the real tokens' and XLA's memory against `tools/memory_estimate.py`.
 
   python tools/bench_pod_step.py [--stage answer] [--size qwen2.5-7b] [--layers 2]
-                                 [--widths both] [--prompt-lengths 1800:3000]
+                                 [--layouts packed] [--prompt-lengths 1800:3000]
                                  [--reply-lengths 50:300] [--json OUT]
 
 Settings are configs/memr1.py's `recipe=paper` (128 states of G = 8 per step, prompts up to 4,096
@@ -22,11 +22,12 @@ gather, 0 FLOPs):
   reward   manager stage only: the frozen answerer's calls (one question a sampled bank,
            `agents.answer_max_new_tokens`, greedy), counted as the rollout; the answer stage's
            reward is exact match on the host (0 device FLOPs).
-  update   the GRPO step: 6 N_blocks a real token, a group's prompt once (the shared-prompt
-           update runs it once) and every reply token, plus 6 N_head a reply token.
+  update   the GRPO step: 6 N_blocks a real token, a group's prompt once (the packed update
+           runs it once) and every reply token, plus 6 N_head a reply token.
 `per_pos` sets the compiled FLOPs against the same count over every position the update runs
-(padding included): what is left is the program's own overhead (the KL reference's forward
-pass, attention, remat's recompute where the compiler keeps it), not padding.
+(padding included; the head's positions: the reply columns when packed, every column in the
+row layout): what is left is the program's own overhead (attention, remat's recompute), not
+padding.
 Compiled FLOPs are `compiled.cost_analysis()["flops"]` of the step's own programs. XLA counts
 a loop body once whatever its trip count, so each loop is compiled apart: the sampler program
 is compiled whole and its prefill alone, the decode step is their difference and runs (longest
@@ -36,10 +37,13 @@ then counted n_micro times: < 0.1%). Attention is the einsum kernel (the chunked
 would be counted once; cuDNN and splash compute the same dense scores here, see issue 25 §7).
 The figures are per device; real FLOPs are the step's over the devices.
 
-Widths: `fixed` packs the update as main did before issue 25 (the prompt's power-of-two bucket
-plus the stage's `agents.<stage>_max_new_tokens` reply columns), `bucketed` as
-`memr1.train.batches.rollout_rows` does now (each step's longest prompt and reply,
-`width_bucket`). The rollout does not change.
+Layouts: `packed` (the recipe's, `train.shared_prompt`) feeds the update one row a group, its
+prompt once and its G replies back to back (`memr1.rl.packing`), at the bucketed width of the
+step's longest group, `micro_rows` groups a device a micro-batch; `rows` one row a sample
+(`memr1.train.batches.rollout_rows`' bucketed prompt and reply widths), the same groups a
+micro-batch. The KL reference is its own forward-only program once per rollout
+(`steps.make_grpo_reference`), printed on its own line against 2 N_blocks a real token + 2 N_head
+a reply token. The rollout does not change.
 
 Memory: XLA's peak of a program is its arguments + temporaries + outputs - aliased (donated)
 bytes, from `compiled.memory_analysis()`, compiled at the real settings (the whole step's batch,
@@ -83,7 +87,10 @@ def parse_args(argv):
     p.add_argument("--size", default="qwen2.5-7b")
     p.add_argument("--layers", type=int, default=2, help="blocks compiled (2-4)")
     p.add_argument("--devices", type=int, default=8, help="fake CPU devices (FSDP axis)")
-    p.add_argument("--widths", default="both", choices=("fixed", "bucketed", "both"))
+    p.add_argument(
+        "--layouts", default="packed", choices=("rows", "packed", "both"),
+        help="the update's layout: one row a sample, or one packed row a group (the recipe's)",
+    )  # fmt: skip
     p.add_argument("--prompt-lengths", type=parse_range, help="LO:HI (default per stage)")
     p.add_argument("--reply-lengths", type=parse_range, help="LO:HI (default per stage)")
     p.add_argument("--states", type=int, help="states a step (default: train.batch_size)")
@@ -180,6 +187,17 @@ def attach_estimate(args, config, row: dict) -> None:
     row["estimate_over_xla"] = row["estimate_bytes"] / xla["peak"] if xla else None
 
 
+def _rows_config(config, group: int):
+    """The row layout's GRPO update at the recipe, micro-batches of the same groups a device
+    as the packed one's (`micro_rows` groups a device, every sample a row)."""
+    from memr1.rl.grpo import GRPOConfig
+
+    rows_cfg = config.copy_and_resolve_references()
+    rows_cfg.train.shared_prompt = False
+    cfg = GRPOConfig.from_config(rows_cfg)
+    return dataclasses.replace(cfg, n_micro=config.train.n_micro)
+
+
 def run(args) -> dict:
     import jax
     import pod_step_costs as costs
@@ -220,14 +238,15 @@ def run(args) -> dict:
                 devices=devices,
             )
         )  # fmt: skip
-    grpo_cfg = GRPOConfig.from_config(config)
-    modes = ("fixed", "bucketed") if args.widths == "both" else (args.widths,)
-    for mode in modes:
-        batch = costs.update_batch(prompt_len, reply_len, g, budget, mode)
+    packed_cfg = GRPOConfig.from_config(config)
+    layouts = ("rows", "packed") if args.layouts == "both" else (args.layouts,)
+    for layout in layouts:
+        batch = costs.update_batch(prompt_len, reply_len, g, budget, layout)
+        grpo_cfg = packed_cfg if layout == "packed" else _rows_config(config, g)
         row = costs.update_stage(
             setup, grpo_cfg, n, batch, group=g, devices=devices, memory=not args.no_memory
         )
-        row["widths"] = mode
+        row["widths"] = layout
         rows.append(row)
     for row in rows:
         attach_estimate(args, config, row)
@@ -301,6 +320,16 @@ def format_table(report: dict) -> str:
             f"{r['estimate_over_xla']:.2f}" if r["estimate_over_xla"] else "-",
         )
         lines.append(" ".join(f"{c:>11}" for c in cells))
+        if "reference_flops" in r:  # its own forward-only program, against 2N a real token
+            ref = (
+                "reference",
+                r.get("widths", "-"),
+                shape,
+                f"{r['reference_flops']:.3g}",
+                f"{r['reference_real_flops']:.3g}",
+                f"{r['reference_over_real']:.2f}",
+            )
+            lines.append(" ".join(f"{c:>11}" for c in ref))  # fmt: skip
     return "\n".join(lines)
 
 

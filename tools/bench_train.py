@@ -70,8 +70,8 @@ def parse_args(argv):
     p.add_argument(
         "--shared-prompt",
         action="store_true",
-        help="the G rows of a group share their prompt (as rollouts do) and memr1 runs it once\n"
-        "per group (train.shared_prompt); the peer runs every row whole",
+        help="the G rows of a group share their prompt (as rollouts do) and memr1 packs each\n"
+        "group into one row (train.shared_prompt); the peer runs every row whole",
     )
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch baseline")
     p.add_argument(
@@ -151,7 +151,7 @@ def make_batch(cfg, args) -> dict[str, np.ndarray]:
         "response_mask": (col >= prompt) & valid,
         "advantages": adv.reshape(-1),
     }
-    if args.shared_prompt:  # the shared-prompt update reads the prompt width off this field
+    if args.shared_prompt:  # packing (rl.packing) finds the replies by this field's width
         out["prompt_mask"] = valid[:, :prompt].copy()
     return out
 

@@ -26,7 +26,7 @@ class JaxEngine:
 
     def __init__(self, setup, state, batch, ref, args, n_params: int, peak_fn):
         from memr1.rl.grpo import GRPOConfig
-        from memr1.train.steps import make_grpo_step
+        from memr1.train.steps import make_grpo_reference, make_grpo_step
         from memr1.train.update import shard_batch
 
         self.n_params, self.state, self.peak_fn = n_params, state, peak_fn
@@ -37,17 +37,27 @@ class JaxEngine:
             kl_estimator="k3",
             temperature=1.0,
             n_micro=1,
-            prompt_group=args.group if args.shared_prompt else 1,
+            pack_group=args.group if args.shared_prompt else 1,
             dual_clip=3.0,
             logprob_chunk=args.logprob_chunk,
         )
         step = make_grpo_step(setup, cfg)
+        if cfg.packed:  # one row a group, as the loop feeds the update
+            from memr1.train.batches import pack_step_groups
+
+            batch = pack_step_groups(batch, args.group)
         self.batch = shard_batch(setup, batch)
-        self.extra_args = (ref,) if args.kl_beta > 0 else ()
+        # With β > 0 a step is two programs, as in training: the reference's forward pass
+        # (scored on every step here, as the PyTorch side does), then the update.
+        self.ref, self.ref_compiled = ref, None
+        t0 = time.perf_counter()
+        self.ref_input = dict(self.batch)  # the reference program's input: no ref_logp
+        if args.kl_beta > 0:
+            self.ref_compiled = make_grpo_reference(setup, cfg).lower(ref, self.ref_input).compile()
+            self.batch["ref_logp"] = self.ref_compiled(ref, self.ref_input)
         # Compiled ahead of time, so compile time is reported apart from the first step and
         # XLA's own memory plan of the step (temporaries, donated buffers) lands in the report.
-        t0 = time.perf_counter()
-        self.compiled = step.lower(state, self.batch, *self.extra_args).compile()
+        self.compiled = step.lower(state, self.batch).compile()
         self.compile_s = time.perf_counter() - t0
         plan = self.compiled.memory_analysis()
         self.xla = {
@@ -60,7 +70,9 @@ class JaxEngine:
         import jax
 
         # The state is donated to the step: rebind it every time.
-        self.state, metrics = self.compiled(self.state, self.batch, *self.extra_args)
+        if self.ref_compiled is not None:
+            self.batch["ref_logp"] = self.ref_compiled(self.ref, self.ref_input)
+        self.state, metrics = self.compiled(self.state, self.batch)
         jax.block_until_ready((self.state, metrics))
         if not self.first:
             return None
@@ -73,7 +85,8 @@ class JaxEngine:
 
     def finish(self) -> dict:
         extra = {"peak_device_bytes": self.peak_fn(), "compile_s": self.compile_s}
-        self.state = self.batch = self.compiled = None
+        self.state = self.batch = self.compiled = self.ref_compiled = self.ref = None
+        self.ref_input = None
         return {**extra, "xla_memory": self.xla}
 
 

@@ -60,11 +60,12 @@ it, including the backbone as loaded and the frozen Answer Agent.
 Check against XLA's own plan: `tools/memory_vs_xla.py` compiles the real GRPO step on fake CPU
 devices (rows run whole, `model.scan_layers`, `backend="cpu"`: XLA:CPU computes bf16 in float32)
 and sets its peak (arguments + outputs + temporaries - aliased) against this estimate: within
-15% at tiny and Qwen widths with a few blocks (docs/benchmarks.md). Not modelled: the
-shared-prompt update (`train.shared_prompt`, whose prompt runs once per group through a KV
-cache), and XLA:CPU's unrolled layer loop, where it drops remat's optimisation barriers and
-keeps every block's activations (`tools/remat_memory.py`); `tools/bench_pod_step.py` compiles
-those and shows the gap.
+15% at tiny and Qwen widths with a few blocks (docs/benchmarks.md). The packed GRPO update
+(`train.shared_prompt`: one row a group, `memr1.rl.packing`) runs whole rows, as modelled, of
+its packed width (`prompt` + `response` = that width, `response` its reply columns, where the
+head runs). Not modelled: XLA:CPU's unrolled layer loop, where it drops remat's optimisation
+barriers and keeps every block's activations (`tools/remat_memory.py`);
+`tools/bench_pod_step.py` compiles those and shows the gap.
 """
 
 from __future__ import annotations

@@ -73,13 +73,9 @@ def xla_peak(case: Case) -> dict:
     replies = np.full(case.rows, case.response)
     batch = costs.update_batch(prompts, replies, 1, case.response, "bucketed")
     grpo = GRPOConfig(clip_eps=0.2, kl_beta=0.001, kl_estimator="k3", temperature=1.0,
-                      n_micro=case.n_micro, prompt_group=1, dual_clip=3.0)  # fmt: skip
-    ref = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, cfg.jnp_dtype, sharding=x.sharding),
-        setup.abstract_state.params,
-    )
+                      n_micro=case.n_micro, pack_group=1, dual_clip=3.0)  # fmt: skip
     step = steps.make_grpo_step(setup, grpo)
-    lowered = step.lower(setup.abstract_state, costs.abstract_batch(setup, batch, case.rows), ref)
+    lowered = step.lower(setup.abstract_state, costs.abstract_batch(setup, batch, case.rows))
     out = costs.xla_memory(lowered.compile())
     out["width"] = int(batch["tokens"].shape[1])
     return out

@@ -144,8 +144,11 @@ def _pow2(n: int) -> int:
 # -- update ------------------------------------------------------------------------------------
 
 
-def update_batch(prompt_len, reply_len, group: int, budget: int, widths: str) -> dict:
-    """The step's packed GRPO batch (host arrays), as the loop packs it under `widths`."""
+def update_batch(prompt_len, reply_len, group: int, budget: int, layout: str) -> dict:
+    """The step's GRPO batch (host arrays) as the loop feeds the update: `rows` (every sample a
+    row, `batches.rollout_rows`' bucketed widths) or `packed` (then one row a group,
+    `batches.pack_step_groups`), with a `ref_logp` of the loss's shape (the reference
+    program's output)."""
     from memr1.env.policy import Completion
     from memr1.train import batches
 
@@ -160,18 +163,15 @@ def update_batch(prompt_len, reply_len, group: int, budget: int, widths: str) ->
             ]
         )
     rewards = np.tile(np.arange(group) % 2, (len(groups), 1)).astype(np.float32)
-    if widths == "bucketed":
-        batch, _ = batches.rollout_rows(
-            groups, rewards, {}, response_width=budget, pad_id=0, group=group
-        )
-    else:  # main before issue 25: the power-of-two prompt bucket + the whole budget
-        batch, _ = batches.pack_rollout(
-            groups, rewards, response_width=budget, pad_id=0, prompt_width=_pow2(max(prompt_len))
-        )
-    return {
-        k: batch[k]
-        for k in ("tokens", "valid", "prompt_mask", "response_mask", "advantages", "old_logp")
-    }
+    batch, _ = batches.rollout_rows(
+        groups, rewards, {}, response_width=budget, pad_id=0, group=group
+    )
+    fields = ("tokens", "valid", "prompt_mask", "response_mask", "advantages", "old_logp")
+    out = {k: batch[k] for k in fields}
+    if layout == "packed":
+        out = batches.pack_step_groups(out, group)
+    out["ref_logp"] = np.zeros(out["old_logp"].shape, np.float32)
+    return out
 
 
 def abstract_batch(setup, batch: dict, rows: int) -> dict:
@@ -186,7 +186,27 @@ def abstract_batch(setup, batch: dict, rows: int) -> dict:
     }
 
 
+def update_counts(batch: dict, group: int) -> dict:
+    """Real tokens (a group's prompt once), reply tokens, positions run by the blocks and by
+    the head, and the widths, of a `rows` or `packed` batch."""
+    valid = batch["valid"]
+    rows, width = valid.shape
+    if "segments" in batch:  # packed: the head runs on the reply columns only
+        reply_width = batch["response_mask"].shape[1]
+        replies = int(batch["response_mask"].sum())
+        return dict(real_tokens=int(valid.sum()), reply_tokens=replies, positions=rows * width,
+                    head_positions=rows * reply_width, prompt_width=width - reply_width,
+                    reply_width=reply_width)  # fmt: skip
+    p = batch["prompt_mask"].shape[1]
+    replies = int(valid[:, p:].sum())
+    return dict(real_tokens=int(valid[::group, :p].sum()) + replies, reply_tokens=replies,
+                positions=rows * width, head_positions=rows * width, prompt_width=p,
+                reply_width=width - p)  # fmt: skip
+
+
 def update_stage(setup, grpo_cfg, n, batch, *, group, devices, memory: bool) -> dict:
+    """The update's micro-batch program (x n_micro), the reference's forward-only program, and
+    (with `memory`) XLA's plan of the whole step; `grpo_cfg` packed or not as `batch` is."""
     import jax
 
     from memr1.train import steps
@@ -195,29 +215,22 @@ def update_stage(setup, grpo_cfg, n, batch, *, group, devices, memory: bool) -> 
         lambda x: jax.ShapeDtypeStruct(x.shape, setup.model_cfg.jnp_dtype, sharding=x.sharding),
         setup.abstract_state.params,
     )
-    rows, width = batch["tokens"].shape
+    rows = batch["tokens"].shape[0]
     micro_rows = rows // grpo_cfg.n_micro
-    one = dataclasses.replace(grpo_cfg, n_micro=1, logprob_chunk=width)
+    one = dataclasses.replace(grpo_cfg, n_micro=1, logprob_chunk=batch["old_logp"].shape[1])
     step = steps.make_grpo_step(setup, one)
-    mb = step.lower(setup.abstract_state, abstract_batch(setup, batch, micro_rows), ref).compile()
+    mb = step.lower(setup.abstract_state, abstract_batch(setup, batch, micro_rows)).compile()
     compiled = grpo_cfg.n_micro * flops_of(mb)
-    valid = batch["valid"]
-    p = batch["prompt_mask"].shape[1]
-    prompt_tokens, reply_tokens = int(valid[::group, :p].sum()), int(valid[:, p:].sum())
-    real_tokens = prompt_tokens + reply_tokens
-    positions = rows // group * p + rows * (width - p)
+    c = update_counts(batch, group)
     # 6 N_blocks a token (a group's prompt once), 6 N_head a reply token's logits.
-    real = (6.0 * n[0] * real_tokens + 6.0 * n[1] * reply_tokens) / devices
-    dense = (6.0 * n[0] * positions + 6.0 * n[1] * rows * (width - p)) / devices
+    real = (6.0 * n[0] * c["real_tokens"] + 6.0 * n[1] * c["reply_tokens"]) / devices
+    dense = (6.0 * n[0] * c["positions"] + 6.0 * n[1] * c["head_positions"]) / devices
     out = {
         "stage": "update",
         "rows": rows,
-        "prompt_width": p,
-        "reply_width": width - p,
+        **c,
         "n_micro": grpo_cfg.n_micro,
-        "real_tokens": real_tokens,
-        "positions": positions,
-        "pad_frac": 1.0 - real_tokens / positions,
+        "pad_frac": 1.0 - float(batch["valid"].mean()),
         "micro_batch_flops": flops_of(mb),
         "compiled_flops": compiled,
         "real_flops": real,
@@ -226,10 +239,17 @@ def update_stage(setup, grpo_cfg, n, batch, *, group, devices, memory: bool) -> 
         "compiled_over_positions": compiled / dense,
         "xla_memory": None,
     }
+    # The KL reference's forward-only program, once per rollout: against 2N a real token.
+    fields = {k: batch[k] for k in one.logprob_fields()}
+    ref_fn = steps.make_grpo_reference(setup, one)
+    rmb = ref_fn.lower(ref, abstract_batch(setup, fields, micro_rows)).compile()
+    out["reference_flops"] = grpo_cfg.n_micro * flops_of(rmb)
+    out["reference_real_flops"] = real / 3.0
+    out["reference_over_real"] = out["reference_flops"] / out["reference_real_flops"]
     if memory:
         full = steps.make_grpo_step(setup, grpo_cfg)
         out["xla_memory"] = xla_memory(
-            full.lower(setup.abstract_state, abstract_batch(setup, batch, rows), ref).compile()
+            full.lower(setup.abstract_state, abstract_batch(setup, batch, rows)).compile()
         )
     return out
 

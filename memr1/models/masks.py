@@ -28,3 +28,14 @@ def causal_mask(valid_BS: jnp.ndarray, query_slots_T: jnp.ndarray | None = None)
         query_slots_T = jnp.arange(s)
     causal_TS = jnp.arange(s)[None, :] <= query_slots_T[:, None]
     return causal_TS[None, :, :] & valid_BS[:, None, :].astype(bool)
+
+
+def packed_mask(segments_BT: jnp.ndarray) -> jnp.ndarray:
+    """Boolean [B, T, T] of packed GRPO rows (`memr1.rl.packing`): segment 0 is a shared
+    prompt, j > 0 reply j, -1 padding. A query reads a real key at or before it that belongs to
+    the prompt or to its own reply, so every reply sees its prompt and itself, as in its own row.
+    """
+    t = segments_BT.shape[-1]
+    seg_q, seg_k = segments_BT[:, :, None], segments_BT[:, None, :]
+    causal_TT = jnp.arange(t)[None, :] <= jnp.arange(t)[:, None]
+    return causal_TT[None] & (seg_k >= 0) & ((seg_k == 0) | (seg_k == seg_q))

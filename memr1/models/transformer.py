@@ -259,21 +259,28 @@ def abstract_model(cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State]:
     return nnx.split(nnx.eval_shape(lambda: Transformer(cfg, nnx.Rngs(params=0))))
 
 
-def without_remat(graphdef: nnx.GraphDef, params: Any) -> nnx.GraphDef:
-    """The same model's graph definition with `cfg.remat` off (parameters and scan_layers kept).
+def with_config(graphdef: nnx.GraphDef, params: Any, **changes) -> nnx.GraphDef:
+    """The same model's graph definition with `changes` to every module's `ModelConfig`.
 
-    Remat only matters where gradients are taken; the sampler's decode loop must not run
-    `nnx.remat`, which refuses the loop body's parameters (they come from the enclosing trace).
     `params` (arrays, tracers or ShapeDtypeStructs) only serve to rebuild the module tree.
     """
     model = nnx.merge(graphdef, params)
     changed = False
     for _, module in nnx.iter_modules(model):
         cfg = getattr(module, "cfg", None)
-        if isinstance(cfg, ModelConfig) and cfg.remat:
-            module.cfg = cfg.replace(remat=False)
+        if isinstance(cfg, ModelConfig) and any(getattr(cfg, k) != v for k, v in changes.items()):
+            module.cfg = cfg.replace(**changes)
             changed = True
     return nnx.graphdef(model) if changed else graphdef
+
+
+def without_remat(graphdef: nnx.GraphDef, params: Any) -> nnx.GraphDef:
+    """The same model's graph definition with `cfg.remat` off (parameters and scan_layers kept).
+
+    Remat only matters where gradients are taken; the sampler's decode loop must not run
+    `nnx.remat`, which refuses the loop body's parameters (they come from the enclosing trace).
+    """
+    return with_config(graphdef, params, remat=False)
 
 
 def count_params(params: Any) -> int:

@@ -1,11 +1,14 @@
 """The GRPO update: PPO-clipped surrogate on group-normalised advantages, plus a KL penalty.
 
-Batch fields (rows = B prompts × G samples, prompt-major like the sampler's output):
+Two layouts of the same rows. Packed (`train.shared_prompt`, `GRPOConfig.pack_group` = G): one
+row per group, the prompt once and the G replies after it (`memr1.rl.packing`, its fields), the
+per-token fields in reply columns; `memr1.rl.logprobs.packed_logprobs` scores it. Row layout
+(pack_group 1), batch fields (rows = B prompts × G samples, prompt-major like the sampler's
+output):
   tokens         [BG, T] int32  prompt (left-padded) then response (right-padded).
   valid          [BG, T] bool   real tokens.
-  prompt_mask    [BG, P] bool   real prompt tokens; needed by the shared-prompt update only,
-                 which reads the prompt width P from its shape (the last T - P columns are the
-                 responses, however wide the batch's own longest response made them).
+  prompt_mask    [BG, P] bool   real prompt tokens (what `memr1.rl.packing.pack_groups` packs
+                 the rows by; the row-layout update does not read it).
   response_mask  [BG, T] bool   response tokens: the loss is on these only.
   advantages     [BG]  float32  one advantage per sequence.
   old_logp       [BG, T] optional: log-probs of the policy that sampled (from the sampler, or
@@ -16,29 +19,33 @@ Batch fields (rows = B prompts × G samples, prompt-major like the sampler's out
   sampler_logp   [BG, T] optional: the sampler's log-probs, only to log the sampler-vs-trainer gap
                  (pass the same array as old_logp when the sampler's values are the ratio's
                  denominator).
+  ref_logp       [BG, T] with β > 0: the KL reference's log-probs, computed once per rollout by
+                 a forward-only program (`memr1.train.steps.make_grpo_reference`, the loss's own
+                 log-prob function on the reference weights), as verl's `compute_ref_log_prob`
+                 runs before `update_actor`: the update program never runs the reference.
 
 Advantages are computed OUTSIDE the step, with `memr1.rl.advantages.grpo_advantages` on the
 [B, G] rewards (see `grpo_batch_from_rollout`): rewards come from the host (exact-match scoring
 of decoded answers), the group statistics (the zero-signal rate) belong to the rollout's metrics,
 and a step that takes per-row advantages works for any micro-batch split or shuffling of rows.
 
-KL: β·KL(policy ‖ reference) with a named estimator (k3 by default). With β = 0 the step is built
-without a reference argument and never traces a reference forward pass.
+KL: β·KL(policy ‖ reference) with a named estimator (k3 by default), read off `ref_logp`. With
+β = 0 the batch needs no `ref_logp` and no reference pass exists.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from memr1.models.params import merge_params, rebind
+from memr1.models.params import merge_params
 from memr1.rl import advantages as adv_lib
-from memr1.rl.logprobs import grouped_logprobs, sequence_logprobs
+from memr1.rl import packing
+from memr1.rl.logprobs import packed_logprobs, sequence_logprobs
 from memr1.rl.losses import KL_ESTIMATORS, aggregate, kl_penalty, masked_mean, policy_loss
 
 FIELDS = ("tokens", "valid", "response_mask", "advantages")
@@ -71,11 +78,12 @@ class GRPOConfig:
     """The GRPO update. The fields without a default come from the config's train section
     (`from_config`); the others are variants the shipped configs do not set.
 
-    Rows come in groups of `prompt_group` samples of one prompt whose columns after the batch's
-    `prompt_mask` width are the responses: the prompt then runs once per group
-    (`memr1.rl.logprobs.grouped_logprobs`) and micro-batches keep groups whole. 1 runs every
-    row whole. The widths are the batch's own (`memr1.train.batches.rollout_rows` sizes them by
-    the step's data), not a config constant.
+    `pack_group` G > 1: the batch is packed, one row per group of G samples
+    (`memr1.rl.packing`): each group's prompt runs once and no reply is padded to another's
+    length; 1: every sample is a row of its own. The widths are the batch's own
+    (`memr1.train.batches.rollout_rows`, `memr1.train.loop.make_rl_update`), not a constant.
+    Packed rows support token_mean aggregation only (seq_mean_token_mean would need the
+    per-reply sums of a segment: refused by name).
     """
 
     clip_eps: float
@@ -83,15 +91,20 @@ class GRPOConfig:
     kl_estimator: str
     temperature: float  # the rollout temperature: log-probs are under logits / T
     n_micro: int
-    prompt_group: int
+    pack_group: int
     dual_clip: float  # bound the loss for A < 0 at c·|A| (verl: c = 3, always on); 0 = off
     clip_eps_high: float | None = None  # DAPO's asymmetric upper clip; None = clip_eps
-    aggregation: str = "token_mean"  # or "seq_mean_token_mean"
+    aggregation: str = "token_mean"  # or "seq_mean_token_mean" (row layout only)
     logprob_chunk: int = 128
 
     def __post_init__(self):
         check_kl_and_temperature("GRPO", self.kl_estimator, self.temperature)
         check_dual_clip("GRPO", self.dual_clip)
+        if self.pack_group > 1 and self.aggregation != "token_mean":
+            raise ValueError(
+                f"GRPO aggregation={self.aggregation!r} on packed rows (train.shared_prompt, "
+                f"pack_group={self.pack_group}): only 'token_mean' is supported there"
+            )
 
     @classmethod
     def from_config(cls, config) -> GRPOConfig:
@@ -103,62 +116,66 @@ class GRPOConfig:
             kl_estimator=t.kl_estimator,
             temperature=t.temperature,
             n_micro=t.n_micro,
-            prompt_group=t.group_size if t.shared_prompt else 1,
+            pack_group=t.group_size if t.shared_prompt else 1,
             dual_clip=t.dual_clip,
         )
 
-    def prompt_width(self, batch) -> int | None:
-        """The shared prompt's width, read off the batch (None when every row runs whole)."""
-        if self.prompt_group == 1:
-            return None
-        if "prompt_mask" not in batch:
-            raise ValueError(
-                f"GRPO prompt_group={self.prompt_group} (train.shared_prompt) needs the batch "
-                f"field 'prompt_mask' [rows, prompt width] to find the responses; the batch has "
-                f"{sorted(batch)}"
-            )
-        return batch["prompt_mask"].shape[-1]
+    @property
+    def packed(self) -> bool:
+        return self.pack_group > 1
 
-    def logprobs(self, graphdef, params, tokens_BT, valid_BT, prompt_width=None):
-        """(logp, entropy) of every row's tokens under `params`, as the loss reads them;
-        `prompt_width` (from `self.prompt_width(batch)`) when the prompt is shared."""
+    def required_fields(self) -> tuple[str, ...]:
+        """The batch fields the update reads (`ref_logp` only with β > 0)."""
+        fields = packing.PACKED_FIELDS if self.packed else FIELDS
+        return fields + (("ref_logp",) if self.kl_beta != 0.0 else ())
+
+    def logprob_fields(self) -> tuple[str, ...]:
+        """The batch fields `logprobs` reads."""
+        if self.packed:
+            return ("tokens", "segments", "positions", "target_index", "predictor_index",
+                    "response_mask")  # fmt: skip
+        return ("tokens", "valid")
+
+    def logprobs(self, graphdef, params, mb) -> tuple[jax.Array, jax.Array]:
+        """(logp, entropy) of a (micro-)batch's tokens under `params`, as the loss reads them:
+        the policy's in the update, the reference's in `make_grpo_reference`."""
         kw = dict(temperature=self.temperature, chunk=self.logprob_chunk)
-        if self.prompt_group == 1:
-            return sequence_logprobs(graphdef, params, tokens_BT, valid_BT, **kw)
-        return grouped_logprobs(
-            graphdef,
-            params,
-            tokens_BT,
-            valid_BT,
-            group=self.prompt_group,
-            prompt_width=prompt_width,
-            **kw,
-        )
+        if self.packed:
+            return packed_logprobs(graphdef, params, mb, **kw)
+        return sequence_logprobs(graphdef, params, mb["tokens"], mb["valid"], **kw)
+
+    def loss_mask(self, mb) -> jax.Array:
+        """The tokens the loss is on: the replies' (reply columns when packed)."""
+        return mb["response_mask"] if self.packed else mb["response_mask"] & mb["valid"]
+
+    def token_advantages(self, mb) -> jax.Array:
+        """Advantages broadcastable to the log-probs: per reply column, or one per row."""
+        return mb["advantages"] if self.packed else mb["advantages"][:, None]
+
+    def replies(self, batch) -> int:
+        """How many replies (GRPO samples) the batch holds."""
+        return batch["response_mask"].shape[0] * self.pack_group
 
 
 def kl_to_reference(
-    graphdef: Any,
-    ref_params: Any,
     mb: dict,
     logp_BT: jax.Array,
     mask_BT: jax.Array,
     *,
-    logprobs: Callable[..., tuple[jax.Array, jax.Array]],
     beta: float,
     estimator: str,
     aggregation: str,
     n_tokens: jax.Array,
     n_seqs: jax.Array,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """β·KL term of a micro-batch (globally normalised) and its metric; zero, untraced, if β = 0.
+    """β·KL term of a micro-batch (globally normalised) and its metric; zero if β = 0.
 
-    `logprobs(graphdef, params, tokens, valid)` is the policy's own log-prob function, so the
-    reference is scored exactly as the policy is.
+    The reference's log-probs are the batch's `ref_logp`, scored once per rollout by the
+    policy's own log-prob function on the reference weights (see the module docstring).
     """
     if beta == 0.0:
         return jnp.zeros((), jnp.float32), {}
-    ref_logp, _ = logprobs(graphdef, rebind(ref_params), mb["tokens"], mb["valid"])
-    kl_BT = kl_penalty(logp_BT, jax.lax.stop_gradient(ref_logp), estimator)
+    kl_BT = kl_penalty(logp_BT, jax.lax.stop_gradient(mb["ref_logp"]), estimator)
     kl = aggregate(kl_BT, mask_BT, aggregation, num_tokens=n_tokens, num_sequences=n_seqs)
     return beta * kl, {"kl": kl}
 
@@ -177,28 +194,24 @@ def policy_metrics(
     return out
 
 
-def response_metrics(mask_BT: jax.Array) -> dict[str, jax.Array]:
-    lengths = mask_BT.astype(jnp.float32).sum(-1)
+def response_metrics(mask_BT: jax.Array, reply_segment=None, group: int = 1) -> dict:
+    """Mean and longest reply length; on packed rows, per reply (`reply_segment`, 1..G)."""
+    if reply_segment is None:
+        lengths = mask_BT.astype(jnp.float32).sum(-1)
+    else:
+        one_hot = reply_segment[..., None] == jnp.arange(1, group + 1)
+        lengths = (one_hot & mask_BT[..., None]).astype(jnp.float32).sum(1)
     return {"response_length": lengths.mean(), "response_length_max": lengths.max()}
 
 
-def pad_frac(valid_BT: jax.Array, prompt_width: int | None = None, group: int = 1) -> jax.Array:
-    """The share of the update's token positions that are padding.
-
-    Every row runs whole unless `prompt_width` is given with `group` > 1 (the shared-prompt
-    update): then each group's first `prompt_width` columns run once, and count once.
-    """
-    valid = valid_BT.astype(jnp.float32)
-    rows, width = valid.shape
-    if prompt_width is None or group == 1:
-        return 1.0 - valid.mean()
-    p = prompt_width
-    real = valid[::group, :p].sum() + valid[:, p:].sum()
-    return 1.0 - real / (rows // group * p + rows * (width - p))
+def pad_frac(valid_BT: jax.Array) -> jax.Array:
+    """The share of the update's token positions that are padding (packed rows: of the packed
+    positions, each group's prompt once)."""
+    return 1.0 - valid_BT.astype(jnp.float32).mean()
 
 
 def grpo_loss(graphdef: Any, cfg: GRPOConfig) -> Callable:
-    """GRPO's `loss_factory(batch, frozen, ref_params) -> (loss_fn, batch_metrics)` for
+    """GRPO's `loss_factory(batch, frozen) -> (loss_fn, batch_metrics)` for
     `memr1.train.update.make_step` (built into the jitted step by `memr1.train.steps`).
 
     `loss_fn(diff, mb)` is the clipped surrogate on per-sequence advantages plus β·KL to the
@@ -208,22 +221,25 @@ def grpo_loss(graphdef: Any, cfg: GRPOConfig) -> Callable:
     (the share of the update's positions that are padding).
     """
 
-    def loss_factory(batch, frozen, ref_params):
-        mask = batch["response_mask"] & batch["valid"]
+    def loss_factory(batch, frozen):
+        if cfg.kl_beta != 0.0 and "ref_logp" not in batch:
+            raise ValueError(
+                f"GRPO with kl_beta={cfg.kl_beta} (train.kl_beta) needs the batch field "
+                f"'ref_logp' (steps.make_grpo_reference); the batch has {sorted(batch)}"
+            )
+        mask = cfg.loss_mask(batch)
         n_tokens = mask.astype(jnp.float32).sum()
-        n_seqs = jnp.asarray(mask.shape[0], jnp.float32)
-        width = cfg.prompt_width(batch)
-        logprobs = functools.partial(cfg.logprobs, prompt_width=width)
+        n_seqs = jnp.asarray(cfg.replies(batch), jnp.float32)
 
         def loss_fn(diff, mb):
             params = merge_params(diff[0], frozen)
-            logp, ent = logprobs(graphdef, params, mb["tokens"], mb["valid"])
-            m = mb["response_mask"] & mb["valid"]
+            logp, ent = cfg.logprobs(graphdef, params, mb)
+            m = cfg.loss_mask(mb)
             old = mb["old_logp"] if "old_logp" in mb else jax.lax.stop_gradient(logp)
             pg, pg_metrics = policy_loss(
                 logp,
                 old,
-                mb["advantages"][:, None],
+                cfg.token_advantages(mb),
                 m,
                 clip_eps=cfg.clip_eps,
                 clip_eps_high=cfg.clip_eps_high,
@@ -233,12 +249,9 @@ def grpo_loss(graphdef: Any, cfg: GRPOConfig) -> Callable:
                 num_sequences=n_seqs,
             )
             kl_loss, kl_metrics = kl_to_reference(
-                graphdef,
-                ref_params,
                 mb,
                 logp,
                 m,
-                logprobs=logprobs,
                 beta=cfg.kl_beta,
                 estimator=cfg.kl_estimator,
                 aggregation=cfg.aggregation,
@@ -249,8 +262,8 @@ def grpo_loss(graphdef: Any, cfg: GRPOConfig) -> Callable:
             metrics.update(kl_metrics, pg_loss=pg)
             return pg + kl_loss, metrics
 
-        padding = pad_frac(batch["valid"], width, cfg.prompt_group)
-        return loss_fn, {"n_tokens": n_tokens, "pad_frac": padding, **response_metrics(mask)}
+        lengths = response_metrics(mask, batch.get("reply_segment"), cfg.pack_group)
+        return loss_fn, {"n_tokens": n_tokens, "pad_frac": pad_frac(batch["valid"]), **lengths}
 
     return loss_factory
 

@@ -3,7 +3,8 @@
 For a 152k vocabulary a full logits tensor of a training batch costs more memory than the model,
 so the unembedding, log-softmax and gather run over sequence chunks inside a `lax.scan`, and each
 chunk is rematerialised in the backward pass (`jax.checkpoint`): peak memory is one [B, C, V]
-chunk, not the whole sequence.
+chunk, not the whole sequence. Rows come whole (`sequence_logprobs`) or packed one GRPO group a
+row (`packed_logprobs`, `memr1.rl.packing`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from memr1.models import masks
-from memr1.models.transformer import forward, init_cache, logits_fn
+from memr1.models import attention, masks
+from memr1.models.transformer import forward, logits_fn, with_config
 
 
 def chunked_token_logprobs(
@@ -103,69 +104,44 @@ def _place_targets(logp, ent, valid_BT, first: int) -> tuple[jax.Array, jax.Arra
     return logp, ent
 
 
-def grouped_logprobs(
+def packed_logprobs(
     graphdef,
     params,
-    tokens_RT: jax.Array,
-    valid_RT: jax.Array,
+    mb,
     *,
-    group: int,
-    prompt_width: int,
     temperature: float = 1.0,
     chunk: int = 128,
 ) -> tuple[jax.Array, jax.Array]:
-    """`sequence_logprobs` of the responses of GRPO groups, the shared prompt run once per group.
+    """`sequence_logprobs` of the replies of packed GRPO rows (`memr1.rl.packing`), in reply
+    columns [N, L]: the prompt runs once per group, no reply is padded to another's length.
 
-    Rows come in groups of `group` consecutive rows (a rollout's G samples of one prompt) whose
-    first `prompt_width` columns (the left-padded prompt) are identical within the group; the
-    remaining columns are each row's response. The prompt goes through the model once per group,
-    its keys and values (functions of `params`, so gradients flow through them) are repeated G
-    times into a cache, and only the response tokens run per row. With a 256-token prompt and
-    40-token responses that is ~5x fewer tokens than running every row whole.
+    `mb` holds the packed fields tokens, segments, positions [N, W] and target_index,
+    predictor_index, response_mask [N, L]. The hidden states that predict the replies are
+    gathered before the head, so the unembedding runs on the L reply columns only.
 
     Returns:
-      (logp_RT, entropy_RT) equal to `sequence_logprobs` on the response columns, 0 on the
-      prompt columns (the GRPO loss only reads response tokens).
+      (logp_NL, entropy_NL), 0 where `response_mask` is False.
     """
-    rows, width = tokens_RT.shape
-    p, n = prompt_width, width - prompt_width
-    if group < 1 or rows % group or not 0 < p < width:
-        raise ValueError(
-            f"grouped_logprobs: {rows} rows of width {width} do not split into groups of {group} "
-            f"rows with a {p}-column prompt and a response"
-        )
-    valid = valid_RT.astype(bool)
-    prompt_BP, pvalid_BP = tokens_RT[::group, :p], valid[::group, :p]
     cfg = nnx.merge(graphdef, params).cfg
-    # One cache row per group, with room for the responses after the prompt.
-    cache = init_cache(cfg, rows // group, width)
-    key_valid_BS = jnp.pad(pvalid_BP, ((0, 0), (0, n)))
-    h_BPD, cache = forward(
-        graphdef,
-        params,
-        prompt_BP,
-        masks.positions_from_valid(pvalid_BP),
-        masks.causal_mask(key_valid_BS, jnp.arange(p)),
-        cache,
-        0,
+    if cfg.attention == "splash":
+        raise ValueError(
+            "packed GRPO rows (train.shared_prompt) need a general attention mask, which the "
+            "splash kernel (model.attention='splash') cannot take: use 'auto' or 'chunked'"
+        )
+    if cfg.attention == "auto" and attention.backend() == "tpu":
+        # 'auto' would pick splash for T == S, whose mask is causal + padding only.
+        graphdef = with_config(graphdef, params, attention="chunked")
+    h_NWD, _ = forward(
+        graphdef, params, mb["tokens"], mb["positions"], masks.packed_mask(mb["segments"])
     )
-    cache = jax.tree.map(lambda x: jnp.repeat(x, group, axis=0), cache)
-    h_RND, _ = forward(
-        graphdef,
-        params,
-        tokens_RT[:, p:],
-        masks.positions_from_valid(valid)[:, p:],
-        masks.causal_mask(valid, p + jnp.arange(n)),
-        cache,
-        p,
-    )
-    # Response column j is predicted by column p + j - 1: the prompt's last for j = 0.
-    last_R1D = jnp.repeat(h_BPD[:, -1:], group, axis=0)
+    h_NLD = jnp.take_along_axis(h_NWD, mb["predictor_index"][..., None], axis=1)
+    targets_NL = jnp.take_along_axis(mb["tokens"], mb["target_index"], axis=1)
     logp, ent = chunked_token_logprobs(
         lambda h: logits_fn(graphdef, params, h),
-        jnp.concatenate([last_R1D, h_RND[:, :-1]], axis=1),
-        tokens_RT[:, p:],
+        h_NLD,
+        targets_NL,
         temperature=temperature,
         chunk=chunk,
     )
-    return _place_targets(logp, ent, valid, p)
+    real = mb["response_mask"]
+    return jnp.where(real, logp, 0.0), jnp.where(real, ent, 0.0)

@@ -8,8 +8,9 @@ A PPO iteration over one rollout batch is two jitted calls:
    `memr1.rl.advantages.gae`), and advantages whitened over all response tokens of the batch.
    This must see the whole batch (whitening is global) and must run before the first update
    (old values and log-probs belong to the policy that sampled), hence a separate function.
-2. `step(state, batch'[, ref_params]) -> (state, metrics)`, as many epochs / mini-batches as
-   wanted: the clipped surrogate on per-token advantages, optional β·KL to a reference, and the
+2. `step(state, batch') -> (state, metrics)`, as many epochs / mini-batches as
+   wanted: the clipped surrogate on per-token advantages, optional β·KL to a reference (its
+   log-probs `ref_logp` fixed by `prepare`, which then takes the reference weights), and the
    clipped value loss; the actor and the critic each step with their own optimiser (the paper's
    lr 1e-6 and 1e-5) behind one shared NaN/inf guard.
 
@@ -22,7 +23,6 @@ traced unless asked for.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -106,27 +106,32 @@ def final_token_rewards(rewards_B: jax.Array, mask_BT: jax.Array) -> jax.Array:
 
 
 def old_values_and_logprobs(
-    graphdef: Any, critic_graphdef: Any, cfg: PPOConfig, params: Any, critic_params: Any, mb: dict
-) -> tuple[jax.Array, jax.Array]:
-    """(values [b, T], log-probs [b, T]) of a micro-batch under the policy and critic that
-    sampled it: what `prepare` fixes before the first update."""
+    graphdef: Any,
+    critic_graphdef: Any,
+    cfg: PPOConfig,
+    params: Any,
+    critic_params: Any,
+    mb: dict,
+    ref_params: Any = None,
+) -> tuple[jax.Array, ...]:
+    """(values [b, T], log-probs [b, T][, reference log-probs [b, T]]) of a micro-batch under
+    the critic, the policy that sampled it and (given `ref_params`) the KL reference: what
+    `prepare` fixes before the first update."""
     values = critic_values(critic_graphdef, rebind(critic_params), mb["tokens"], mb["valid"])
-    logp, _ = sequence_logprobs(
-        graphdef,
-        rebind(params),
-        mb["tokens"],
-        mb["valid"],
-        temperature=cfg.temperature,
-        chunk=cfg.logprob_chunk,
-    )
-    return values, logp
+    kw = dict(temperature=cfg.temperature, chunk=cfg.logprob_chunk)
+    logp, _ = sequence_logprobs(graphdef, rebind(params), mb["tokens"], mb["valid"], **kw)
+    if ref_params is None:
+        return values, logp
+    ref, _ = sequence_logprobs(graphdef, rebind(ref_params), mb["tokens"], mb["valid"], **kw)
+    return values, logp, ref
 
 
 def with_advantages(
-    batch: dict, values_BT: jax.Array, logp_BT: jax.Array, cfg: PPOConfig
+    batch: dict, values_BT: jax.Array, logp_BT: jax.Array, cfg: PPOConfig, ref_logp_BT=None
 ) -> tuple[dict, dict[str, jax.Array]]:
     """The prepared batch: old_logp (the sampler's when given), old_values, GAE advantages
-    whitened over all response tokens of the batch, returns; and the prepare metrics."""
+    whitened over all response tokens of the batch, returns, ref_logp (given one); and the
+    prepare metrics."""
     mask = batch["response_mask"] & batch["valid"]
     values = values_BT * mask
     token_rewards = final_token_rewards(batch["rewards"], mask)
@@ -136,6 +141,8 @@ def with_advantages(
     out["old_values"] = values
     out["advantages"] = adv_lib.whiten(adv, mask)
     out["returns"] = returns
+    if ref_logp_BT is not None:
+        out["ref_logp"] = ref_logp_BT * mask
     n = jnp.maximum(mask.sum(), 1)
     metrics = {
         "reward_mean": batch["rewards"].mean(),
@@ -147,12 +154,17 @@ def with_advantages(
 
 
 def ppo_loss(graphdef: Any, critic_graphdef: Any, cfg: PPOConfig) -> Callable:
-    """PPO's `loss_factory(batch, frozen, ref_params)` for `memr1.train.update.make_step`:
+    """PPO's `loss_factory(batch, frozen)` for `memr1.train.update.make_step`:
     the clipped surrogate on per-token advantages, optional β·KL to a reference, and the
     clipped value loss (the critic's parameters are the second differentiated part).
     Metrics: those of GRPO (pad_frac over whole rows) plus value_loss and vf_clip_frac."""
 
-    def loss_factory(batch, frozen, ref_params):
+    def loss_factory(batch, frozen):
+        if cfg.kl_beta != 0.0 and "ref_logp" not in batch:
+            raise ValueError(
+                f"PPO with kl_beta={cfg.kl_beta} (train.kl_beta) needs the batch field "
+                f"'ref_logp' (steps.make_ppo_prepare fixes it); the batch has {sorted(batch)}"
+            )
         mask = batch["response_mask"] & batch["valid"]
         n_tokens = mask.astype(jnp.float32).sum()
         n_seqs = jnp.asarray(mask.shape[0], jnp.float32)
@@ -179,14 +191,9 @@ def ppo_loss(graphdef: Any, critic_graphdef: Any, cfg: PPOConfig) -> Callable:
                 num_tokens=n_tokens,
             )
             kl_loss, kl_metrics = kl_to_reference(
-                graphdef,
-                ref_params,
                 mb,
                 logp,
                 m,
-                logprobs=functools.partial(
-                    sequence_logprobs, temperature=cfg.temperature, chunk=cfg.logprob_chunk
-                ),
                 beta=cfg.kl_beta,
                 estimator=cfg.kl_estimator,
                 aggregation="token_mean",

@@ -5,7 +5,8 @@ to a bucket width). Both widths follow the step's own data, the longest prompt a
 response on any process, not the rollout's budget: Answer Agent replies of ~50–300 tokens under
 a 2,048-token budget would otherwise make most of the update's positions padding. They come from
 `width_bucket`'s ladder (four widths an octave), so the jitted step compiles a bounded handful of
-programs over a run, not one per batch.
+programs over a run, not one per batch. The GRPO update packs these rows one group a row
+(`pack_step_groups`, `memr1.rl.packing`) when `train.shared_prompt` is on.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from memr1.env.policy import Completion
+from memr1.rl import packing
 from memr1.rl.advantages import grpo_advantages, has_reward_spread
 from memr1.train import multihost
 
@@ -53,8 +55,8 @@ def pack_rollout(
     Prompts are left-padded to `prompt_width` (default: the bucket of the longest prompt; the
     processes of a multi-host step pass a common one, see `rollout_rows`), responses
     right-padded to exactly `response_width` columns (longer ones are cut there). `prompt_mask`
-    [B*G, prompt_width] marks the real prompt tokens; its width is how the shared-prompt update
-    finds where the responses start (`memr1.rl.grpo.GRPOConfig.logprobs`).
+    [B*G, prompt_width] marks the real prompt tokens; its width is how packing finds where the
+    responses start (`memr1.rl.packing.pack_groups`).
 
     The sampler's per-token log-probs become `old_logp` (and `sampler_logp`, for the
     sampler-vs-trainer gap metric): the rollout policy's own probabilities under the full
@@ -152,6 +154,26 @@ def rollout_rows(
     return batch, stats
 
 
+def pack_step_groups(batch: dict[str, np.ndarray], group: int) -> dict[str, np.ndarray]:
+    """This process's rows of a GRPO step packed one group a row (`memr1.rl.packing`), at the
+    `width_bucket` of the step's longest packed group and of its longest run of replies on any
+    process, so that every process's rows have one shape and few programs are compiled."""
+    mine = list(packing.packed_needs(batch, group))
+    need, reply_need = np.max(np.asarray(multihost.gather(mine)), axis=0).tolist()
+    width = width_bucket(need)
+    return packing.pack_groups(batch, group, width, min(width_bucket(reply_need), width))
+
+
+def update_tokens(batch: dict[str, np.ndarray], cfg) -> int:
+    """The real tokens the update runs for this process's row-layout `batch`: every row's, or
+    under packing (`cfg.packed`, a `loop.LoopConfig`) each group's prompt once."""
+    real = int(np.sum(batch["valid"]))
+    if not cfg.packed:
+        return real
+    prompts = batch["prompt_mask"]
+    return real - int(np.sum(prompts)) + int(np.sum(prompts[:: cfg.group_size]))
+
+
 def keep_signal_groups(
     batch: dict[str, np.ndarray], group: int, quantum: int
 ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
@@ -220,9 +242,12 @@ def _take_signal_first(batch, group: int, signal: np.ndarray, keep: int):
     return {k: v[idx] for k, v in batch.items()}
 
 
-def signal_quantum(batch_size: int, group: int, n_micro: int, devices: int) -> int:
+def signal_quantum(
+    batch_size: int, group: int, n_micro: int, devices: int, *, packed: bool = False
+) -> int:
     """The group multiple `keep_signal_groups` keeps: kept rows still split into `n_micro`
-    micro-batches of whole groups over `devices` data×fsdp shards, and at most 4 batch shapes
-    are compiled (a quantum of at least a quarter of the batch)."""
-    base = math.lcm(n_micro, devices // math.gcd(devices, group))
+    micro-batches of whole groups over `devices` data×fsdp shards (`packed`: a group is one
+    row), and at most 4 batch shapes are compiled (a quantum of at least a quarter of the
+    batch)."""
+    base = n_micro * devices if packed else math.lcm(n_micro, devices // math.gcd(devices, group))
     return base * max(1, -(-batch_size // (4 * base)))

@@ -6,9 +6,9 @@ resumed from its last checkpoint replays exactly the steps it had not saved. Its
 then reads as if it had never stopped: every metric of a checkpointed step is written before the
 checkpoint, and a resumed run first drops the records of the steps it is about to replay.
 
-Every step also logs `time/step_s` (from the start of its iteration until its results are on the
-host; see `metrics_log.LaggedMetrics`) and `perf/tokens_per_s` (the real, non-padding prompt +
-response tokens its update processed, over that time); a GRPO/PPO step's rollout share of it is
+Every step also logs `time/step_s` (from its iteration's start until its results are on the host;
+see `metrics_log.LaggedMetrics`) and `perf/tokens_per_s` (the real prompt, a packed group's once,
++ response tokens its update processed, over that time); a GRPO/PPO step's rollout share of it is
 `time_sample_s` + `time_reward_s`. Such wall-clock fields are named so that
 `metrics_log.is_wall_clock` recognises them: a `time/` or `perf/` section, or a `time_` name;
 comparisons of two runs' logs (the fault drill, the resume tests) skip exactly those.
@@ -69,6 +69,7 @@ class LoopConfig:
     desc: str
     eval_every: int  # validate every this many steps (and before the first, and after the last)
     keep_best: str  # the validation metric of the best checkpoint ("-" prefix: minimised)
+    packed: bool = False  # GRPO under train.shared_prompt: a group a row (`memr1.rl.packing`)
 
     def __post_init__(self):
         # Checked here so that a bad setting fails before any model is loaded or compiled.
@@ -108,6 +109,7 @@ class LoopConfig:
             desc=f"{config.stage}/{config.algo}",
             eval_every=t.eval_every,
             keep_best=t.keep_best,
+            packed=config.algo == "grpo" and bool(t.shared_prompt),
         )
 
 
@@ -280,24 +282,33 @@ def make_rl_update(
     if algo in settings and settings[algo] is None:
         raise ValueError(f"make_rl_update({algo!r}) needs {algo}_cfg")
 
-    def with_ref(fn, beta):
+    def needs_ref(beta):  # a reference pass exists only with β > 0
         if beta > 0 and ref_params is None:
             raise ValueError(f"{algo} with KL beta={beta} needs reference parameters")
-        return (lambda s, b: fn(s, b, ref_params)) if beta > 0 else fn
+        return beta > 0
 
     built = wrap_step or (lambda make: make(None))
 
     if algo == "grpo":
-        make = lambda hook: steps.make_grpo_step(setup, grpo_cfg, before_guard=hook)
-        step = with_ref(built(make), grpo_cfg.kl_beta)
-        # The shared-prompt update reads the prompt width off `prompt_mask` (rl.grpo).
-        shared = ("prompt_mask",) if grpo_cfg.prompt_group > 1 else ()
-        fields = grpo.FIELDS + shared + ("old_logp", "sampler_logp")
-        return lambda s, b: step(s, shard_batch(setup, {k: b[k] for k in fields if k in b}))
+        step = built(lambda hook: steps.make_grpo_step(setup, grpo_cfg, before_guard=hook))
+        reference = needs_ref(grpo_cfg.kl_beta) and steps.make_grpo_reference(setup, grpo_cfg)
+        fields = grpo.FIELDS + ("prompt_mask", "old_logp", "sampler_logp")
+
+        def grpo_update(s, b):
+            b = {k: b[k] for k in fields if k in b}
+            if grpo_cfg.packed:  # one row a group, at widths common to every process
+                b = batches.pack_step_groups(b, grpo_cfg.pack_group)
+            batch = shard_batch(setup, b)
+            if reference:  # the reference's forward pass, once per rollout
+                batch["ref_logp"] = reference(ref_params, batch)
+            return step(s, batch)
+
+        return grpo_update
     if algo == "ppo":
-        prepare = steps.make_ppo_prepare(setup, ppo_cfg)
-        make = lambda hook: steps.make_ppo_step(setup, ppo_cfg, before_guard=hook)
-        step = with_ref(built(make), ppo_cfg.kl_beta)
+        prepare_fn = steps.make_ppo_prepare(setup, ppo_cfg)
+        ref = (ref_params,) if needs_ref(ppo_cfg.kl_beta) else ()
+        prepare = lambda s, b: prepare_fn(s, b, *ref)  # the reference runs here, once a rollout
+        step = built(lambda hook: steps.make_ppo_step(setup, ppo_cfg, before_guard=hook))
         fields = ppo.PREPARE_FIELDS + ("old_logp", "sampler_logp")
 
         def update(s, b):
@@ -350,7 +361,8 @@ def run_rl(
     devices = setup.mesh.shape["data"] * setup.mesh.shape["fsdp"]
     quantum = 0
     if cfg.drop_zero_signal:
-        quantum = batches.signal_quantum(cfg.batch_size, cfg.group_size, cfg.n_micro, devices)
+        sizes = (cfg.batch_size, cfg.group_size, cfg.n_micro, devices)
+        quantum = batches.signal_quantum(*sizes, packed=cfg.packed)
     bar = progress(range(start, cfg.steps), total=cfg.steps, initial=start, desc=cfg.desc)
     for step in bar:
         started = time.perf_counter()
@@ -376,7 +388,7 @@ def run_rl(
         # -- update -------------------------------------------------------------------------
         state, metrics = update(state, batch)
         metrics = {**metrics, **stats}
-        timing = (started, sum(multihost.gather(int(np.sum(batch["valid"])))))
+        timing = (started, sum(multihost.gather(batches.update_tokens(batch, cfg))))
         _finish_step(step, metrics, lag, writer, bar, cfg, checkpointer, state, timing, val)
     _flush(lag, writer, bar, cfg)
     return state

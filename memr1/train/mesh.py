@@ -122,9 +122,9 @@ def batch_divisor(mesh: Mesh) -> int:
 def micro_batch_count(rows: int, *, group: int, micro_rows: int, shards: int) -> int:
     """How many micro-batches split `rows` rows into `micro_rows` rows per data x fsdp shard.
 
-    A micro-batch must spread evenly over the `shards` and, for the shared-prompt GRPO update,
-    hold whole groups of `group` rows (pass 1 otherwise): its size is the least common multiple
-    of `micro_rows * shards` and `group`.
+    A micro-batch must spread evenly over the `shards` and hold whole groups of `group` rows
+    (pass 1 where rows are independent, packed GRPO rows included: there a row is a group): its
+    size is the least common multiple of `micro_rows * shards` and `group`.
 
     Raises:
       ValueError: naming the numbers, when the rows do not split into such micro-batches.
@@ -154,11 +154,10 @@ def resolve_micro_batches(config) -> None:
     data, fsdp, _ = resolve_mesh_shape(
         config.mesh.data, config.mesh.fsdp, config.mesh.tensor, jax.device_count()
     )
-    shared = config.algo == "grpo" and t.shared_prompt
-    rows = t.batch_size * (t.group_size if config.algo != "sft" else 1)
-    t.n_micro = micro_batch_count(
-        rows, group=t.group_size if shared else 1, micro_rows=t.micro_rows, shards=data * fsdp
-    )
+    # Packed GRPO (train.shared_prompt): one row a group, so micro_rows counts packed groups.
+    packed = config.algo == "grpo" and t.shared_prompt
+    rows = t.batch_size * (t.group_size if config.algo != "sft" and not packed else 1)
+    t.n_micro = micro_batch_count(rows, group=1, micro_rows=t.micro_rows, shards=data * fsdp)
 
 
 # ----------------------------------------------------------------------------------------------

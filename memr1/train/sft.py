@@ -55,7 +55,7 @@ def make_sft_step(
     fault drills (both: `update.make_step`).
     """
 
-    def loss_factory(batch, frozen, _ref):
+    def loss_factory(batch, frozen):
         n_tokens = batch["loss_mask"].astype(jnp.float32).sum()
 
         def loss_fn(diff, mb):

@@ -1,10 +1,12 @@
 """The jitted, donating RL updates: the losses of `memr1.rl` inside `update.make_step`.
 
-GRPO is one call, `step(state, batch[, ref_params]) -> (state, metrics)`. PPO is two:
-`prepare(state, batch) -> (batch', metrics)` fixes the old log-probs, the critic's values and
-the whitened GAE advantages over the whole batch (it runs before the first update, without
-gradients), then `step` runs as many epochs / mini-batches as wanted on `batch'`. A reference
-argument exists only when the KL β is not zero, so β = 0 never traces a reference pass.
+GRPO is `step(state, batch) -> (state, metrics)`, and with a KL β > 0 first
+`reference(ref_params, batch) -> ref_logp`, a forward-only program run once per rollout (verl's
+`compute_ref_log_prob` before `update_actor`), so the update program never runs the reference.
+PPO is `prepare(state, batch[, ref_params]) -> (batch', metrics)`, which fixes the old
+log-probs, the critic's values, the whitened GAE advantages over the whole batch and (with
+β > 0) the reference's log-probs, without gradients, then `step` runs as many epochs /
+mini-batches as wanted on `batch'`. β = 0 traces no reference pass anywhere.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import jax
-import jax.numpy as jnp
 
 from memr1.rl import grpo, ppo
 from memr1.sharding import use_mesh
@@ -22,6 +23,8 @@ from memr1.train.update import (
     BeforeGuard,
     batch_sharding,
     check_batch,
+    from_micro,
+    make_logprob_fn,
     make_step,
     to_micro,
 )
@@ -40,24 +43,36 @@ def make_grpo_step(
     return make_step(
         setup,
         name="GRPO",
-        required=grpo.FIELDS,
+        required=cfg.required_fields(),
         n_micro=cfg.n_micro,
         loss_factory=grpo.grpo_loss(setup.graphdef, cfg),
         grads_only=grads_only,
-        with_ref=cfg.kl_beta != 0.0,
-        micro_unit=cfg.prompt_group,
         before_guard=before_guard,
     )
 
 
+def make_grpo_reference(setup: TrainSetup, cfg: grpo.GRPOConfig) -> Callable:
+    """The jitted, forward-only `(ref_params, batch) -> ref_logp` of a GRPO batch: the update's
+    own log-prob function (`GRPOConfig.logprobs`) on the reference weights, over the update's
+    micro-batches; its output is the batch field `ref_logp` the loss reads."""
+    return make_logprob_fn(
+        setup,
+        logprobs=lambda graphdef, params, mb: cfg.logprobs(graphdef, params, mb)[0],
+        fields=cfg.logprob_fields(),
+        n_micro=cfg.n_micro,
+    )
+
+
 def make_ppo_prepare(setup: TrainSetup, cfg: ppo.PPOConfig) -> Callable:
-    """The jitted `prepare(state, batch) -> (batch with old_logp/old_values/advantages/returns,
-    metrics)`; old values and log-probs run over micro-batches, GAE and whitening over the batch."""
+    """The jitted `prepare(state, batch[, ref_params]) -> (batch with old_logp/old_values/
+    advantages/returns[/ref_logp], metrics)`; old values and log-probs (and, with β > 0, the
+    reference's, so it takes `ref_params`) run over micro-batches, GAE and whitening over the
+    batch."""
     if setup.critic_graphdef is None:
         raise ValueError("PPO needs a critic: create the train state with critic_cfg")
     divisor = setup.mesh.shape["data"] * setup.mesh.shape["fsdp"]
 
-    def prepare(state: TrainState, batch: Batch):
+    def prepare(state: TrainState, batch: Batch, ref_params=None):
         with use_mesh(setup.mesh, setup.rules):
             check_batch(batch, ppo.PREPARE_FIELDS, cfg.n_micro, divisor, "PPO prepare")
             seq = {k: batch[k] for k in ("tokens", "valid")}
@@ -70,17 +85,22 @@ def make_ppo_prepare(setup: TrainSetup, cfg: ppo.PPOConfig) -> Callable:
                     state.params,
                     state.critic_params,
                     mb,
+                    ref_params,
                 )
 
             _, out_M = jax.lax.scan(body, None, to_micro(seq, cfg.n_micro))
-            # Undo the interleaved micro-batch split: [M, B/M, T] -> [B, T].
-            values, logp = (jnp.swapaxes(x, 0, 1).reshape(batch["tokens"].shape) for x in out_M)
-            return ppo.with_advantages(batch, values, logp, cfg)
+            out = [from_micro(x, cfg.n_micro) for x in out_M]
+            return ppo.with_advantages(batch, *out[:2], cfg, *out[2:])
 
+    shardings = (setup.state_shardings, batch_sharding(setup))
+    out_shardings = (batch_sharding(setup), setup.replicated)
+    if cfg.kl_beta != 0.0:
+        shardings = (*shardings, setup.param_shardings)
+        return jax.jit(prepare, in_shardings=shardings, out_shardings=out_shardings)
     return jax.jit(
-        prepare,
-        in_shardings=(setup.state_shardings, batch_sharding(setup)),
-        out_shardings=(batch_sharding(setup), setup.replicated),
+        lambda state, batch: prepare(state, batch),
+        in_shardings=shardings,
+        out_shardings=out_shardings,
     )
 
 
@@ -97,11 +117,10 @@ def make_ppo_step(
     return make_step(
         setup,
         name="PPO",
-        required=ppo.STEP_FIELDS,
+        required=ppo.STEP_FIELDS + (("ref_logp",) if cfg.kl_beta != 0.0 else ()),
         n_micro=cfg.n_micro,
         loss_factory=ppo.ppo_loss(setup.graphdef, setup.critic_graphdef, cfg),
         grads_only=grads_only,
-        with_ref=cfg.kl_beta != 0.0,
         with_critic=True,
         before_guard=before_guard,
     )

@@ -108,7 +108,7 @@ def to_micro(batch: Batch, n_micro: int, unit: int = 1) -> dict[str, jax.Array]:
 
     Interleaving (micro-batch m takes units m, m + M, ...) draws every micro-batch evenly from
     each device's contiguous block of rows. A unit is `unit` consecutive rows that stay together
-    (a GRPO group whose prompt runs once: `grpo.GRPOConfig.prompt_group`).
+    (no update needs one since GRPO groups are packed into one row, `memr1.rl.packing`).
     """
 
     def split(x):
@@ -161,7 +161,7 @@ def guarded_update(
 
 
 LossFactory = Callable[
-    [Batch, Any, Any], tuple[Callable[[Any, Batch], tuple[jax.Array, dict]], dict[str, jax.Array]]
+    [Batch, Any], tuple[Callable[[Any, Batch], tuple[jax.Array, dict]], dict[str, jax.Array]]
 ]
 
 
@@ -190,23 +190,24 @@ def make_step(
     required: tuple[str, ...],
     n_micro: int,
     loss_factory: LossFactory,
-    with_ref: bool = False,
     with_critic: bool = False,
     grads_only: bool = False,
     micro_unit: int = 1,
     before_guard: BeforeGuard | None = None,
 ) -> Callable[..., tuple]:
-    """The jitted, donating update `step(state, batch[, ref_params]) -> (state, metrics)`.
+    """The jitted, donating update `step(state, batch) -> (state, metrics)`.
+
+    The update program runs the policy (and critic) only: a KL reference's log-probs come in
+    the batch (`ref_logp`), computed once per rollout by a forward-only program
+    (`make_logprob_fn`), not on every micro-batch of every update.
 
     Args:
-      loss_factory: `(batch, frozen_params, ref_params) -> (loss_fn, batch_metrics)`, where
+      loss_factory: `(batch, frozen_params) -> (loss_fn, batch_metrics)`, where
         `loss_fn(diff_params, micro_batch) -> (loss, metrics)` is normalised by global counts of
         `batch` and `diff_params` is `(trainable,)` or `(trainable, critic_params)`.
-      with_ref: the step takes a third argument, the reference parameters (sharded like the
-        policy); without it the step has no such argument at all.
       with_critic: the critic is trained by the same loss with its own optimiser.
       micro_unit: rows that must share a micro-batch (see `to_micro`).
-      grads_only: instead build `(state, batch[, ref]) -> (loss, grads, metrics)`, which
+      grads_only: instead build `(state, batch) -> (loss, grads, metrics)`, which
         updates nothing and donates nothing (gradient checks and diagnostics); grads is
         `(trainable,)` or `(trainable, critic)`.
       before_guard: applied to the summed (loss, grads) before the guard (fault drills).
@@ -215,12 +216,12 @@ def make_step(
         raise ValueError(f"the {name} step trains a critic but the train state has none")
     divisor = setup.mesh.shape["data"] * setup.mesh.shape["fsdp"]
 
-    def step(state: TrainState, batch: Batch, ref_params=None):
+    def step(state: TrainState, batch: Batch):
         with use_mesh(setup.mesh, setup.rules):
             check_batch(batch, required, n_micro, divisor, name, micro_unit)
             trainable, frozen = split_trainable(state.params, setup.trainable)
             diff = (trainable, state.critic_params) if with_critic else (trainable,)
-            loss_fn, metrics = loss_factory(batch, frozen, ref_params)
+            loss_fn, metrics = loss_factory(batch, frozen)
             loss, grads, micro_metrics = accumulate(
                 setup, loss_fn, diff, to_micro(batch, n_micro, micro_unit)
             )
@@ -248,48 +249,63 @@ def make_step(
             grad_shardings += (setup.state_shardings.critic_params,)
         out_shardings = (setup.replicated, grad_shardings, setup.replicated)
         donate = ()
-    if with_ref:
-        in_shardings = (*state_and_batch, setup.param_shardings)
-        return jax.jit(
-            step, in_shardings=in_shardings, out_shardings=out_shardings, donate_argnums=donate
-        )
     return jax.jit(
-        lambda state, batch: step(state, batch),
+        step,
         in_shardings=state_and_batch,
         out_shardings=out_shardings,
         donate_argnums=donate,
     )
 
 
-def make_logprob_fn(
-    setup: TrainSetup, *, n_micro: int = 1, chunk: int = 128, temperature: float = 1.0
-) -> Callable[[Any, Batch], jax.Array]:
-    """A jitted `(params, batch) -> logp [B, T]` over micro-batches, without gradients.
+def from_micro(x_M: jax.Array, n_micro: int, unit: int = 1) -> jax.Array:
+    """The inverse of `to_micro` for one array: [M, B/M, ...] -> [B, ...] in the batch's order."""
+    m, per = x_M.shape[:2]
+    rest = x_M.shape[2:]
+    x = x_M.reshape(n_micro, per // unit, unit, *rest)
+    return jnp.swapaxes(x, 0, 1).reshape(m * per, *rest)
 
-    Used to recompute the old policy's log-probs before several update epochs, or to score
-    tokens whose sampler log-probs are not available. The batch needs `tokens` and `valid`.
+
+# `(graphdef, params, micro_batch) -> per-token log-probs`, the layout the loss reads.
+LogprobFn = Callable[[Any, Any, Batch], jax.Array]
+
+
+def make_logprob_fn(
+    setup: TrainSetup,
+    *,
+    n_micro: int = 1,
+    chunk: int = 128,
+    temperature: float = 1.0,
+    logprobs: LogprobFn | None = None,
+    fields: tuple[str, ...] = ("tokens", "valid"),
+    micro_unit: int = 1,
+) -> Callable[[Any, Batch], jax.Array]:
+    """A jitted `(params, batch) -> logp [B, ...]` over micro-batches, without gradients.
+
+    One forward-only program for every log-prob a step needs that is not the policy's own:
+    the old policy's before several update epochs, the KL reference's once per rollout
+    (`memr1.train.steps.make_grpo_reference`), or tokens whose sampler log-probs are missing.
+    `logprobs` is the loss's own log-prob function (default: `sequence_logprobs` of `tokens` and
+    `valid` at `temperature`, in `chunk`-token chunks), so the values are exactly those the loss
+    would compute; `fields` are the batch fields it reads; micro-batches keep units of
+    `micro_unit` rows whole, as the update's do.
     """
+    if logprobs is None:
+
+        def logprobs(graphdef, params, mb):
+            kw = dict(temperature=temperature, chunk=chunk)
+            return sequence_logprobs(graphdef, params, mb["tokens"], mb["valid"], **kw)[0]
 
     def fn(params, batch):
         with use_mesh(setup.mesh, setup.rules):
             divisor = setup.mesh.shape["data"] * setup.mesh.shape["fsdp"]
-            check_batch(batch, ("tokens", "valid"), n_micro, divisor, "logprob")
-            micro = to_micro({"tokens": batch["tokens"], "valid": batch["valid"]}, n_micro)
+            check_batch(batch, fields, n_micro, divisor, "logprob", micro_unit)
+            micro = to_micro({k: batch[k] for k in fields}, n_micro, micro_unit)
 
             def body(_, mb):
-                logp, _ = sequence_logprobs(
-                    setup.graphdef,
-                    rebind(params),
-                    mb["tokens"],
-                    mb["valid"],
-                    temperature=temperature,
-                    chunk=chunk,
-                )
-                return None, logp
+                return None, logprobs(setup.graphdef, rebind(params), mb)
 
-            _, logp_MBT = jax.lax.scan(body, None, micro)
-            # Undo the interleaving: [M, B/M, T] -> [B/M, M, T] -> [B, T].
-            return jnp.swapaxes(logp_MBT, 0, 1).reshape(batch["tokens"].shape)
+            _, logp_M = jax.lax.scan(body, None, micro)
+            return from_micro(logp_M, n_micro, micro_unit)
 
     return jax.jit(
         fn,

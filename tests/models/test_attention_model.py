@@ -55,12 +55,21 @@ def _rows(rows: int = 4):
     return jnp.asarray(tokens), jnp.asarray(valid)
 
 
-def _grouped_rows():
-    """`_rows` as two GRPO groups of two rows, each group sharing its PROMPT columns."""
-    tokens, valid = _rows()
-    tokens = tokens.at[1, :PROMPT].set(tokens[0, :PROMPT]).at[3, :PROMPT].set(tokens[2, :PROMPT])
-    valid = valid.at[1, :PROMPT].set(valid[0, :PROMPT]).at[3, :PROMPT].set(valid[2, :PROMPT])
-    return tokens, valid
+def _packed_rows():
+    """`_rows` as two GRPO groups of two rows sharing their PROMPT columns, packed one group a
+    row (`memr1.rl.packing`)."""
+    from memr1.rl import packing
+
+    tokens, valid = (np.asarray(x).copy() for x in _rows())
+    for a, b in ((0, 1), (2, 3)):
+        tokens[b, :PROMPT], valid[b, :PROMPT] = tokens[a, :PROMPT], valid[a, :PROMPT]
+    reply = valid.copy()
+    reply[:, :PROMPT] = False
+    batch = {"tokens": tokens, "valid": valid, "prompt_mask": valid[:, :PROMPT],
+             "response_mask": reply, "advantages": np.zeros(4, np.float32)}  # fmt: skip
+    need, reply_need = packing.packed_needs(batch, 2)
+    packed = packing.pack_groups(batch, 2, need, reply_need)
+    return {k: jnp.asarray(v) for k, v in packed.items()}
 
 
 def _rel(got, want) -> float:
@@ -93,13 +102,9 @@ def test_sequence_logprobs_and_gradients_match_einsum(dtype, tol):
     _assert_same_update(logprobs.sequence_logprobs, CFG.replace(dtype=dtype), tol, tokens, valid)
 
 
-def test_grouped_logprobs_through_the_cache_match_einsum():
-    # The prompt pass writes a 29-slot cache (T=13 of S=29) and the responses extend it (T=16
-    # queries at slots 13..28).
-    tokens, valid = _grouped_rows()
-    _assert_same_update(
-        logprobs.grouped_logprobs, CFG, 1e-5, tokens, valid, group=2, prompt_width=PROMPT
-    )
+def test_packed_logprobs_match_einsum():
+    # One packed row a group: the prompt once, both replies after it, under a segment mask.
+    _assert_same_update(logprobs.packed_logprobs, CFG, 1e-5, _packed_rows())
 
 
 def test_sampler_prefill_with_chunked_attention_matches_einsum():
@@ -152,14 +157,4 @@ def test_accelerator_update_with_cudnn_matches_einsum():
     tokens, valid = _rows()
     cfg = CFG.replace(dtype="bfloat16")
     _assert_same_update(logprobs.sequence_logprobs, cfg, 5e-2, tokens, valid, kernel="cudnn")
-    tokens, valid = _grouped_rows()
-    _assert_same_update(
-        logprobs.grouped_logprobs,
-        cfg,
-        5e-2,
-        tokens,
-        valid,
-        group=2,
-        prompt_width=PROMPT,
-        kernel="cudnn",
-    )
+    _assert_same_update(logprobs.packed_logprobs, cfg, 5e-2, _packed_rows(), kernel="cudnn")

@@ -7,18 +7,16 @@ from __future__ import annotations
 import dataclasses
 import json
 
-import jax
 import numpy as np
 import pytest
 
-from memr1.sampling.sampler import default_bucket
 from tests.tool import load_tool
 
 # Compiles the sampler and the GRPO step (tiny model, one device): a minute on 2 cores.
 pytestmark = pytest.mark.slow
 
 ARGS = [
-    "--size", "tiny", "--layers", "1", "--devices", "1", "--states", "2",
+    "--layouts", "both", "--size", "tiny", "--layers", "1", "--devices", "1", "--states", "2",
     "--max-new-tokens", "48", "--prompt-lengths", "20:40", "--reply-lengths", "5:30",
 ]  # fmt: skip
 
@@ -31,7 +29,7 @@ def test_the_report_is_computed_from_the_compiled_programs(tmp_path):
     for key in ("date", "machine", "devices", "size", "layers", "n_blocks", "n_head", "settings"):
         assert key in report, key
     rows = {(r["stage"], r.get("widths")): r for r in report["rows"]}
-    assert set(rows) == {("rollout", None), ("update", "fixed"), ("update", "bucketed")}
+    assert set(rows) == {("rollout", None), ("update", "rows"), ("update", "packed")}
     for r in rows.values():
         assert r["compiled_over_real"] == pytest.approx(r["compiled_flops"] / r["real_flops"])
         assert r["xla_memory"]["peak"] > 0 and r["estimate_bytes"] > 0
@@ -39,26 +37,32 @@ def test_the_report_is_computed_from_the_compiled_programs(tmp_path):
             r["estimate_bytes"] / r["xla_memory"]["peak"]
         )
 
-    # Re-derive the bucketed update's figures: the same packing, the trainer's own step.
+    # Re-derive the packed update's figures: the same packing, the trainer's own step.
     args = bench.parse_args(ARGS)
     config = bench.recipe_config(args)
     costs = load_tool("pod_step_costs")
     rng = np.random.default_rng(args.seed)
     prompts = costs.draw_lengths(rng, 2, (20, 40), config.agents.max_prompt_tokens)
     replies = costs.draw_lengths(rng, 16, (5, 30), 48)
-    fixed, bucketed = rows[("update", "fixed")], rows[("update", "bucketed")]
-    # main before issue 25: the power-of-two prompt bucket and the whole budget
-    assert (fixed["prompt_width"], fixed["reply_width"]) == (default_bucket(int(prompts.max())), 48)
-    assert bucketed["reply_width"] < 48 and bucketed["compiled_flops"] < fixed["compiled_flops"]
-    batch = costs.update_batch(prompts, replies, 8, 48, "bucketed")
-    assert batch["tokens"].shape[1] == bucketed["prompt_width"] + bucketed["reply_width"]
+    whole, packed = rows[("update", "rows")], rows[("update", "packed")]
+    # One row a group: the prompt once, no reply padded to another's length.
+    assert packed["rows"] == 2 and whole["rows"] == 16
+    assert packed["compiled_flops"] < whole["compiled_flops"]
+    assert packed["pad_frac"] < whole["pad_frac"]
+    batch = costs.update_batch(prompts, replies, 8, 48, "packed")
+    assert batch["tokens"].shape[1] == packed["prompt_width"] + packed["reply_width"]
     real_tokens = int(prompts.sum() + replies.sum())  # a group's prompt once
-    assert bucketed["real_tokens"] == real_tokens
+    assert packed["real_tokens"] == whole["real_tokens"] == real_tokens
+    assert packed["real_tokens"] == int(batch["valid"].sum())
     # tiny: 4096 x 192 tied embedding = the unembedding; one block of the rest.
     blocks, head = report["n_blocks"], report["n_head"]
     assert head == 4096 * 192 and 0 < blocks < 192 * 192 * 16
     expect = 6 * blocks * real_tokens + 6 * head * int(replies.sum())
-    assert bucketed["real_flops"] == pytest.approx(expect)
+    assert packed["real_flops"] == pytest.approx(expect)
+    assert packed["reference_real_flops"] == pytest.approx(expect / 3)
+    assert packed["reference_over_real"] == pytest.approx(
+        packed["reference_flops"] / packed["reference_real_flops"]
+    )
     expect = 2 * blocks * real_tokens + 2 * head * int(replies.sum())
     assert rows[("rollout", None)]["real_flops"] == pytest.approx(expect)
 
@@ -74,17 +78,14 @@ def test_the_report_is_computed_from_the_compiled_programs(tmp_path):
         materialize=False,
     )
     grpo_cfg = GRPOConfig.from_config(config)
-    one = dataclasses.replace(grpo_cfg, n_micro=1, logprob_chunk=batch["tokens"].shape[1])
-    ref = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, cfg.jnp_dtype, sharding=x.sharding),
-        setup.abstract_state.params,
-    )
-    rows_mb = 16 // grpo_cfg.n_micro
+    assert grpo_cfg.packed
+    one = dataclasses.replace(grpo_cfg, n_micro=1, logprob_chunk=batch["old_logp"].shape[1])
+    rows_mb = 2 // grpo_cfg.n_micro
     compiled = (
         steps.make_grpo_step(setup, one)
-        .lower(setup.abstract_state, costs.abstract_batch(setup, batch, rows_mb), ref)
+        .lower(setup.abstract_state, costs.abstract_batch(setup, batch, rows_mb))
         .compile()
     )
     flops = float(compiled.cost_analysis()["flops"])
-    assert bucketed["micro_batch_flops"] == pytest.approx(flops)
-    assert bucketed["compiled_flops"] == pytest.approx(grpo_cfg.n_micro * flops)
+    assert packed["micro_batch_flops"] == pytest.approx(flops)
+    assert packed["compiled_flops"] == pytest.approx(grpo_cfg.n_micro * flops)

@@ -36,5 +36,7 @@ def sft_step(policy):
 
 @pytest.fixture(scope="session")
 def grpo_step(policy):
-    """GRPO with KL β > 0 (so it takes the reference) over 2 micro-batches."""
-    return steps.make_grpo_step(policy[0], GRPO_CFG)
+    """GRPO with KL β > 0 over 2 micro-batches, as `step(state, batch, reference)` (the
+    reference's log-probs scored first, as the loop does)."""
+    step = steps.make_grpo_step(policy[0], GRPO_CFG)
+    return tiny.with_reference_step(policy[0], GRPO_CFG, step)

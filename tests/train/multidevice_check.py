@@ -77,14 +77,19 @@ def main() -> None:
     assert jax.tree.leaves(g8)[0].sharding.spec == P("tensor", "fsdp")
 
     batch = tiny.grpo_batch()
-    loss1, g1, _ = steps.make_grpo_step(setup1, GRPO_CFG, grads_only=True)(s1, batch, ref1)
-    loss8, g8, _ = steps.make_grpo_step(setup8, GRPO_CFG, grads_only=True)(s8, batch, ref8)
+    b1 = tiny.with_reference(setup1, GRPO_CFG, batch, ref1)
+    b8 = tiny.with_reference(setup8, GRPO_CFG, batch, ref8)
+    loss1, g1, _ = steps.make_grpo_step(setup1, GRPO_CFG, grads_only=True)(s1, b1)
+    loss8, g8, _ = steps.make_grpo_step(setup8, GRPO_CFG, grads_only=True)(s8, b8)
     assert abs(float(loss1) - float(loss8)) < 1e-5, (float(loss1), float(loss8))
     out["grpo_grad_max_diff"] = max_grad_diff(g1, g8)
     assert out["grpo_grad_max_diff"] < 1e-5, out
 
     # Two full updates on each mesh: the second loss is computed with updated weights.
-    step1, step8 = steps.make_grpo_step(setup1, GRPO_CFG), steps.make_grpo_step(setup8, GRPO_CFG)
+    step1, step8 = (
+        tiny.with_reference_step(su, GRPO_CFG, steps.make_grpo_step(su, GRPO_CFG))
+        for su in (setup1, setup8)
+    )
     losses = {}
     for name, step, s, ref in (("one", step1, s1, ref1), ("eight", step8, s8, ref8)):
         for i in range(2):

@@ -93,6 +93,22 @@ def test_signal_quantum_keeps_rows_divisible_and_shapes_few():
     assert signal_quantum(16, 8, 8, 1) == 8  # 8 micro-batches of whole groups
     q = signal_quantum(12, 2, 1, 8)  # 8 devices, 2 rows a group: 4 groups at a time
     assert q == 4 and (q * 2) % 8 == 0
+    # Packed GRPO: a group is one row, so kept groups split over micro-batches and devices.
+    assert signal_quantum(12, 2, 1, 8, packed=True) == 8
+    assert signal_quantum(128, 8, 16, 8, packed=True) == 128
+
+
+def test_update_tokens_count_a_packed_group_s_prompt_once():
+    import types
+
+    from memr1.train.batches import update_tokens
+
+    valid = np.array([[0, 1, 1, 1, 0], [0, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    batch = {"valid": valid, "prompt_mask": valid[:, :3]}
+    rows = types.SimpleNamespace(packed=False, group_size=2)
+    assert update_tokens(batch, rows) == 15
+    packed = types.SimpleNamespace(packed=True, group_size=2)
+    assert update_tokens(batch, packed) == 15 - 2 - 3  # the second row of each group's prompt
 
 
 def test_signal_first_keeps_signal_groups_then_fills_in_rollout_order():

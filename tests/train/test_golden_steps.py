@@ -41,7 +41,8 @@ def grpo_numbers() -> dict[str, float]:
     reference = state.make_reference(setup, other.params)
     cfg = tiny.grpo_config(n_micro=2, kl_beta=0.05)
     before = tiny.copy_tree(s0.params)
-    s1, metrics = steps.make_grpo_step(setup, cfg)(s0, tiny.grpo_batch(seed=5), reference)
+    batch = tiny.with_reference(setup, cfg, tiny.grpo_batch(seed=5), reference)
+    s1, metrics = steps.make_grpo_step(setup, cfg)(s0, batch)
     return _summary(before, s1.params, metrics)
 
 

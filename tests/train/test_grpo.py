@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from memr1.rl import grpo
-from memr1.train import steps, update
+from memr1.train import batches, steps, update
 from tests.train import tiny
 from tests.train.conftest import GRPO_CFG
 
@@ -35,7 +35,7 @@ def test_grpo_epochs_on_sampler_logprobs_follow_the_advantages(policy, reference
     old = np.asarray(logp_fn(s0.params, batch))
     batch["old_logp"] = old
     batch["sampler_logp"] = (old - 0.05 * batch["response_mask"]).astype(np.float32)
-    step = steps.make_grpo_step(setup, GRPO_CFG)
+    step = tiny.with_reference_step(setup, GRPO_CFG, steps.make_grpo_step(setup, GRPO_CFG))
     state = tiny.copy_tree(s0)
     history = []
     for _ in range(3):
@@ -66,7 +66,9 @@ def test_grpo_epochs_on_sampler_logprobs_follow_the_advantages(policy, reference
     assert not tiny.leaves_equal(state.params, s0.params)
 
 
-def test_beta_zero_never_traces_the_reference_pass(policy, reference, monkeypatch):
+def test_the_update_never_runs_the_reference(policy, reference, monkeypatch):
+    """The update program traces one forward pass (the policy's) whatever β; with β > 0 it
+    reads the reference's log-probs off the batch, which one forward-only program scores."""
     setup, s0 = policy
     calls = []
     real = grpo.sequence_logprobs
@@ -75,15 +77,18 @@ def test_beta_zero_never_traces_the_reference_pass(policy, reference, monkeypatc
     steps.make_grpo_step(setup, tiny.grpo_config(kl_beta=0.0)).trace(s0, batch)
     without_ref = len(calls)
     calls.clear()
-    steps.make_grpo_step(setup, tiny.grpo_config(kl_beta=0.1)).trace(s0, batch, reference)
-    with_ref = len(calls)
-    assert (without_ref, with_ref) == (1, 2), "β = 0 must trace only the policy's forward pass"
-    # The β = 0 step has no reference argument at all; the β > 0 step requires one (jit's own
-    # argument check says so before anything is traced).
-    with pytest.raises((TypeError, ValueError)):
-        steps.make_grpo_step(setup, tiny.grpo_config(kl_beta=0.0)).trace(s0, batch, reference)
-    with pytest.raises(ValueError, match="in_shardings"):
-        steps.make_grpo_step(setup, tiny.grpo_config(kl_beta=0.1)).trace(s0, batch, None)
+    cfg = tiny.grpo_config(kl_beta=0.1)
+    ref_logp = steps.make_grpo_reference(setup, cfg)(reference, batch)
+    reference_pass = len(calls)
+    calls.clear()
+    steps.make_grpo_step(setup, cfg).trace(s0, {**batch, "ref_logp": ref_logp})
+    assert (without_ref, reference_pass, len(calls)) == (1, 1, 1)
+    # The reference pass gives the policy's own log-prob function on the reference weights.
+    want = update.make_logprob_fn(setup, chunk=tiny.CHUNK)(reference, batch)
+    np.testing.assert_array_equal(np.asarray(ref_logp), np.asarray(want))
+    # A β > 0 step without the reference's log-probs is a named error, before any compute.
+    with pytest.raises(ValueError, match="'ref_logp'"):
+        steps.make_grpo_step(setup, cfg).trace(s0, batch)
 
 
 def test_nan_guard_refuses_a_poisoned_update(policy, reference, grpo_step):
@@ -129,29 +134,39 @@ def _grouped(g: int) -> dict:
     for k in ("tokens", "valid"):
         batch[k][:, : tiny.PROMPT] = np.repeat(batch[k][::g, : tiny.PROMPT], g, axis=0)
     batch["prompt_mask"] = batch["valid"][:, : tiny.PROMPT].copy()
+    rng = np.random.default_rng(7)  # sampler log-probs near the policy's: the ratio is not 1
+    batch["old_logp"] = np.where(batch["response_mask"], -4.2 + 0.1 * rng.normal(size=(8, 16)), 0)
+    batch["old_logp"] = batch["old_logp"].astype(np.float32)
     return batch
 
 
 @pytest.mark.parametrize("n_micro", [1, 2])
-def test_shared_prompt_step_equals_whole_rows(policy, reference, n_micro):
-    """Running each group's prompt once (prompt_group=G) gives the loss, gradients and metrics
-    of running every row whole, with and without micro-batches."""
+def test_packed_step_equals_whole_rows(policy, reference, n_micro):
+    """One packed row a group (pack_group=G, `rl.packing`) gives the loss, gradients and
+    metrics of running every row whole, with and without micro-batches; pad_frac counts the
+    packed positions."""
     setup, s0 = policy
     g = 2
-    batch = _grouped(g)
+    rows = _grouped(g)
     cfg = dict(n_micro=n_micro, kl_beta=0.05, group_size=g)
-    shared_cfg = tiny.grpo_config(shared_prompt=True, **cfg)
-    assert shared_cfg.prompt_group == g
-    l1, g1, m1 = steps.make_grpo_step(setup, tiny.grpo_config(**cfg), grads_only=True)(
-        s0, batch, reference
+    whole_cfg, packed_cfg = tiny.grpo_config(**cfg), tiny.grpo_config(shared_prompt=True, **cfg)
+    assert packed_cfg.pack_group == g
+    packed = batches.pack_step_groups(rows, g)
+    l1, g1, m1 = steps.make_grpo_step(setup, whole_cfg, grads_only=True)(
+        s0, tiny.with_reference(setup, whole_cfg, rows, reference)
     )
-    l2, g2, m2 = steps.make_grpo_step(setup, shared_cfg, grads_only=True)(s0, batch, reference)
-    assert float(l1) != 0.0
+    l2, g2, m2 = steps.make_grpo_step(setup, packed_cfg, grads_only=True)(
+        s0, tiny.with_reference(setup, packed_cfg, packed, reference)
+    )
+    assert float(l1) != 0.0 and float(m1["clip_frac"]) > 0
     assert float(l2) == pytest.approx(float(l1), abs=1e-6)
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2), strict=True):
         np.testing.assert_allclose(a, b, atol=1e-6)
-    for key in ("entropy", "n_tokens", "clip_frac", "kl"):
+    same = ("entropy", "n_tokens", "clip_frac", "kl", "pg_loss", "ratio_mean", "approx_kl")
+    for key in same + ("dual_clip_frac", "response_length", "response_length_max"):
         assert float(m2[key]) == pytest.approx(float(m1[key]), abs=1e-6), key
+    real = rows["valid"][::g, : tiny.PROMPT].sum() + rows["response_mask"].sum()
+    assert float(m2["pad_frac"]) == pytest.approx(1 - real / packed["valid"].size)
 
 
 def test_to_micro_keeps_units_whole():
@@ -162,16 +177,14 @@ def test_to_micro_keeps_units_whole():
     )
 
 
-def test_shared_prompt_refuses_bad_shapes(policy):
+def test_packed_update_refuses_row_layout_and_sequence_means(policy):
     setup, s0 = policy
-    # The shared prompt's width comes from the batch's prompt_mask: without it, a named error.
-    shared = dataclasses.replace(tiny.grpo_config(kl_beta=0.0), prompt_group=4)
-    with pytest.raises(ValueError, match="'prompt_mask'"):
-        steps.make_grpo_step(setup, shared).trace(s0, tiny.grpo_batch())
-    # 8 rows do not split into 2 micro-batches of whole groups of 8.
-    cfg = tiny.grpo_config(shared_prompt=True, group_size=8, n_micro=2, kl_beta=0.0)
-    with pytest.raises(ValueError, match="whole groups of 8"):
-        steps.make_grpo_step(setup, cfg).trace(s0, _grouped(8))
+    # A packed update on row-layout rows: a named error before any compute.
+    cfg = tiny.grpo_config(shared_prompt=True, group_size=2, kl_beta=0.0)
+    with pytest.raises(ValueError, match="lacks fields"):
+        steps.make_grpo_step(setup, cfg).trace(s0, tiny.grpo_batch())
+    with pytest.raises(ValueError, match="only 'token_mean'"):
+        dataclasses.replace(cfg, aggregation="seq_mean_token_mean")
 
 
 def test_grpo_config_reads_the_train_section():
@@ -181,9 +194,9 @@ def test_grpo_config_reads_the_train_section():
     cfg = grpo.GRPOConfig.from_config(config)
     got = {k: getattr(cfg, k) for k in ("clip_eps", "kl_beta", "kl_estimator", "temperature")}
     assert got == {"clip_eps": 0.3, "kl_beta": 0.01, "kl_estimator": "k2", "temperature": 0.7}
-    assert (cfg.n_micro, cfg.prompt_group) == (2, 3)
+    assert (cfg.n_micro, cfg.pack_group) == (2, 3)
     config.train.shared_prompt = False
-    assert grpo.GRPOConfig.from_config(config).prompt_group == 1
+    assert grpo.GRPOConfig.from_config(config).pack_group == 1
     for key, bad in (("kl_estimator", "k4"), ("temperature", 0.0)):
         broken = tiny.config("runlocal,algo=grpo", **{key: bad})
         with pytest.raises(ValueError, match=rf"train\.{key}"):

@@ -216,4 +216,5 @@ def test_loop_config_reads_the_train_section_and_the_seed():
         "desc": "manager/grpo",
         "eval_every": 4,
         "keep_best": "-val/loss",
+        "packed": True,  # GRPO with train.shared_prompt (the default): one packed row a group
     }

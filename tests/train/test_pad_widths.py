@@ -75,29 +75,33 @@ def test_pad_frac_counts_the_positions_the_update_runs():
     )
     # Whole rows: 28 positions, 20 real.
     assert float(grpo.pad_frac(jnp.asarray(valid))) == pytest.approx(8 / 28)
-    # Shared prompt: each group's prompt once (2 x 4 positions, 3 + 4 real) + 4 x 3 reply
-    # positions (2 + 1 + 3 + 0 real): 13 real of 20.
-    assert float(grpo.pad_frac(jnp.asarray(valid), 4, 2)) == pytest.approx(7 / 20)
     # What the updates log: GRPO by its layout, PPO (every row whole) over whole rows.
     batch = {
         "valid": jnp.asarray(valid),
         "response_mask": jnp.asarray(valid).at[:, :4].set(False),
         "prompt_mask": jnp.asarray(valid[:, :4]),
+        "ref_logp": jnp.zeros(valid.shape, jnp.float32),
     }
-    shared = grpo.grpo_loss(None, tiny.grpo_config(shared_prompt=True, group_size=2))
-    assert float(shared(batch, None, None)[1]["pad_frac"]) == pytest.approx(7 / 20)
     whole = grpo.grpo_loss(None, tiny.grpo_config(group_size=2))
-    assert float(whole(batch, None, None)[1]["pad_frac"]) == pytest.approx(8 / 28)
+    assert float(whole(batch, None)[1]["pad_frac"]) == pytest.approx(8 / 28)
     actor_critic = ppo.ppo_loss(None, None, tiny.ppo_config())
-    assert float(actor_critic(batch, None, None)[1]["pad_frac"]) == pytest.approx(8 / 28)
+    assert float(actor_critic(batch, None)[1]["pad_frac"]) == pytest.approx(8 / 28)
+    # Packed, one row a group: each prompt once (3 + 4 real) and the replies back to back
+    # (2 + 1 + 3 + 0): 13 real of 2 rows x 16 columns (the bucket of the longest group, 7).
+    rows = {k: np.asarray(v) for k, v in batch.items() if k != "ref_logp"}
+    rows.update(tokens=np.ones(valid.shape, np.int32), advantages=np.zeros(4, np.float32))
+    packed = batches.pack_step_groups(rows, 2)
+    assert packed["tokens"].shape == (2, 16) and packed["response_mask"].shape == (2, 16)
+    packed["ref_logp"] = np.zeros((2, 16), np.float32)
+    shared = grpo.grpo_loss(None, tiny.grpo_config(shared_prompt=True, group_size=2))
+    assert float(shared(packed, None)[1]["pad_frac"]) == pytest.approx(1 - 13 / 32)
 
 
 @pytest.mark.slow
-def test_shared_prompt_loss_on_a_bucketed_batch_equals_whole_rows(policy, reference):
+def test_packed_loss_on_a_bucketed_batch_equals_whole_rows(policy, reference):
     """On rows packed as the loop packs them (widths from the data, 16 + 16 columns here under
-    a 48-token budget) the shared-prompt update, which reads the prompt width off the batch,
-    gives the loss, gradients and metrics of running every row whole; pad_frac is each
-    layout's own share of padding."""
+    a 48-token budget, then one row a group) the packed update gives the loss, gradients and
+    metrics of running every row whole; pad_frac is each layout's own share of padding."""
     setup, s0 = policy
     g = 2
     groups = _groups(3, [[3, 9], [5, 1], [7, 2], [4, 6]], prompts=[5, 11, 3, 8])
@@ -106,21 +110,28 @@ def test_shared_prompt_loss_on_a_bucketed_batch_equals_whole_rows(policy, refere
     assert batch["tokens"].shape == (8, 32)
     fields = grpo.FIELDS + ("prompt_mask", "old_logp")
     batch = {k: batch[k] for k in fields}
+    packed = batches.pack_step_groups(batch, g)
+    # The longest group: 5 prompt + 3 + 9 reply tokens (17: a 32 bucket); the most reply
+    # tokens: 3 + 9 (16).
+    assert packed["tokens"].shape == (4, 32)
+    assert packed["response_mask"].shape == (4, 16)
     cfg = dict(n_micro=2, kl_beta=0.05, group_size=g)
-    l1, g1, m1 = steps.make_grpo_step(setup, tiny.grpo_config(**cfg), grads_only=True)(
-        s0, batch, reference
+    whole_cfg, shared = tiny.grpo_config(**cfg), tiny.grpo_config(shared_prompt=True, **cfg)
+    l1, g1, m1 = steps.make_grpo_step(setup, whole_cfg, grads_only=True)(
+        s0, tiny.with_reference(setup, whole_cfg, batch, reference)
     )
-    shared = tiny.grpo_config(shared_prompt=True, **cfg)
-    l2, g2, m2 = steps.make_grpo_step(setup, shared, grads_only=True)(s0, batch, reference)
+    l2, g2, m2 = steps.make_grpo_step(setup, shared, grads_only=True)(
+        s0, tiny.with_reference(setup, shared, packed, reference)
+    )
     assert float(l1) != 0.0
     assert float(l2) == pytest.approx(float(l1), abs=1e-6)
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2), strict=True):
         np.testing.assert_allclose(a, b, atol=1e-6)
-    for key in ("entropy", "n_tokens", "clip_frac", "kl"):
+    for key in ("entropy", "n_tokens", "clip_frac", "kl", "response_length"):
         assert float(m2[key]) == pytest.approx(float(m1[key]), abs=1e-6), key
     real_prompt, real_reply = 5 + 11 + 3 + 8, 3 + 9 + 5 + 1 + 7 + 2 + 4 + 6
     whole = 1 - (g * real_prompt + real_reply) / (8 * 32)
-    once = 1 - (real_prompt + real_reply) / (4 * 16 + 8 * 16)
+    once = 1 - (real_prompt + real_reply) / packed["valid"].size
     assert float(m1["pad_frac"]) == pytest.approx(whole)
     assert float(m2["pad_frac"]) == pytest.approx(once)
 
@@ -130,7 +141,7 @@ def test_steps_with_different_reply_lengths_compile_one_program_per_width(
     policy, monkeypatch, tmp_path
 ):
     """Three GRPO steps whose replies are 4, 40 and 6 tokens long under a 48-token budget: the
-    update compiles two programs (reply widths 16 and 48), and each step logs its own pad_frac."""
+    update compiles two programs (packed widths 16 and 48), and each step logs its own pad_frac."""
     setup, s0 = policy
     built = []
     real = steps.make_grpo_step
@@ -158,7 +169,7 @@ def test_steps_with_different_reply_lengths_compile_one_program_per_width(
             update,
             list(range(4)),
             rollout,
-            cfg=tiny.loop_config(steps=3, batch_size=2, group_size=2),
+            cfg=tiny.loop_config(steps=3, batch_size=2, group_size=2, shared_prompt=True),
             response_width=48,
             pad_id=0,
             writer=w,
@@ -166,6 +177,6 @@ def test_steps_with_different_reply_lengths_compile_one_program_per_width(
     assert len(built) == 1 and built[0]._cache_size() == 2
     records = read_jsonl(tmp_path / "logs" / "metrics.jsonl")
     for r, step in zip(records, range(3), strict=True):
-        reply = {0: 16, 1: 48, 2: 16}[step]
-        real = 2 * 6 + 2 * (lengths[step] + 2)
-        assert r["train/pad_frac"] == pytest.approx(1 - real / (2 * 16 + 4 * reply)), step
+        width = {0: 16, 1: 48, 2: 16}[step]  # one packed row a group: 6 + reply + 2 tokens
+        real = 2 * (6 + lengths[step] + 2)
+        assert r["train/pad_frac"] == pytest.approx(1 - real / (2 * width), abs=1e-6), step

@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 from memr1.rl import critic, ppo
-from memr1.train import mesh, state, steps
+from memr1.train import mesh, state, steps, update
 from tests.train import tiny
 
 # Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
@@ -137,3 +137,35 @@ def test_ppo_config_reads_the_train_section():
     for key, bad in (("kl_estimator", "k4"), ("temperature", 0.0)):
         with pytest.raises(ValueError, match=rf"train\.{key}"):
             ppo.PPOConfig.from_config(tiny.config("runlocal,algo=ppo", **{key: bad}))
+
+
+def test_ppo_with_a_reference_scores_it_once_in_prepare():
+    """With β > 0, `prepare` fixes the reference's log-probs (the policy's log-prob function on
+    the reference weights) beside the old ones, and the update reads them off the batch: a
+    different reference moves the KL, the same weights give KL 0."""
+    m = mesh.build_mesh(1, 1, 1)
+    setup, s0 = state.create_train_state(
+        m, tiny.CFG, tiny.optim(), seed=3, critic_cfg=tiny.CFG, critic_optim=tiny.optim(critic=True)
+    )
+    other = state.create_train_state(m, tiny.CFG, tiny.optim(), seed=4)[1]
+    cfg = tiny.ppo_config(n_micro=2, kl_beta=0.1)
+    raw = {k: v for k, v in tiny.grpo_batch().items() if k != "advantages"}
+    raw["rewards"] = np.linspace(-1.0, 1.0, tiny.ROWS, dtype=np.float32)
+    prepare, step = (
+        steps.make_ppo_prepare(setup, cfg),
+        steps.make_ppo_step(setup, cfg, grads_only=True),
+    )
+    kls = []
+    for start in (s0.params, other.params):
+        ref = state.make_reference(setup, start)
+        batch, _ = prepare(s0, raw, ref)
+        want = update.make_logprob_fn(setup, chunk=tiny.CHUNK)(ref, raw)
+        mask = raw["response_mask"]
+        np.testing.assert_allclose(
+            np.asarray(batch["ref_logp"]), np.asarray(want) * mask, atol=1e-6
+        )
+        kls.append(float(step(s0, batch)[2]["kl"]))
+    assert kls[0] == pytest.approx(0.0, abs=1e-6) and kls[1] > 1e-3, kls
+    no_ref = {k: v for k, v in batch.items() if k != "ref_logp"}
+    with pytest.raises(ValueError, match="'ref_logp'"):
+        step(s0, no_ref)

@@ -70,8 +70,9 @@ def sft_config(*, chunk: int = CHUNK, **train: Any) -> sft.SFTConfig:
 
 
 def loop_config(*, seed: int = 0, **train: Any) -> loop.LoopConfig:
-    """The loop of `config(**train)` with run seed `seed`."""
-    cfg = config(**train)
+    """The loop of `config(**train)` with run seed `seed`; rows unpacked (train.shared_prompt
+    off) unless `train` says otherwise, as `grpo_config`'s update."""
+    cfg = config(**{"shared_prompt": False, **train})
     cfg.seed = seed
     return loop.LoopConfig.from_config(cfg)
 
@@ -108,6 +109,29 @@ def grpo_batch(step: int = 0, seed: int = 0, group: int = 4) -> dict[str, np.nda
         "response_mask": b["loss_mask"],
         "advantages": adv.reshape(-1).astype(np.float32),
     }
+
+
+def with_reference(setup, cfg, batch, reference) -> dict:
+    """`batch` with the KL reference's log-probs `ref_logp`, scored by the forward-only program
+    the loop runs once per rollout (`steps.make_grpo_reference`); `batch` itself if β = 0."""
+    from memr1.train import steps
+
+    if cfg.kl_beta == 0.0:
+        return batch
+    return {**batch, "ref_logp": steps.make_grpo_reference(setup, cfg)(reference, batch)}
+
+
+def with_reference_step(setup, cfg, step):
+    """`step(state, batch, reference)`: a GRPO update `step(state, batch)` given the reference
+    weights, whose log-probs it adds to the batch first (as `loop.make_rl_update` does)."""
+    from memr1.train import steps
+
+    ref_fn = steps.make_grpo_reference(setup, cfg)
+
+    def run(state, batch, reference):
+        return step(state, {**batch, "ref_logp": ref_fn(reference, batch)})
+
+    return run
 
 
 def copy_tree(tree):
