@@ -65,24 +65,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # banks; the manager stage's states hold the careful bank before their turn, so that the
     # turn's own operation decides its linked answers.
     config.banks = dict(answer=("teacher", "careful"), manager="careful")
-    # The warm start's traces (traces.py, augment.py): the share of answer traces also written
-    # without distillation, the share of rows whose entities are renamed, the manager copy
-    # rows (random word sequences of copy_row_words words stored by ADD) and the answer reading
-    # rows (random-word lists and values to copy from the asked person's memory: read_rows.py).
-    # draws_per_turn: manager rows per train turn where the teacher has a choice (a fact that
-    # collides with a shown memory), each a draw of its choice from the turn's random stream
-    # (the first built the banks: traces.manager_rows); op_first: manager replies with each
-    # entry's event first and a repeat as an explicit NONE entry. Both off (1, False) in the
-    # demo whose numbers the README has; the "ops" arg turns them on (see ops_warm_start).
-    config.traces = dict(
-        direct_fraction=0.3,
-        rename_fraction=0.8,
-        manager_copy_rows=800,
-        copy_row_words=(4, 9),
-        answer_read_rows=800,
-        draws_per_turn=1,
-        op_first=False,
-    )
+    config.traces = traces()
     # The warm start: one policy, both agents; its sequence length is the longest trace's.
     config.sft = dict(steps=1400, batch_size=8, lr=3e-3, warmup_steps=10)
     # GRPO/PPO of the Answer Agent, over the train answer tuples and `renamed_copies` copies of
@@ -146,6 +129,30 @@ def world() -> dict[str, object]:
         num_events=4,
         change_questions=True,
         cite_repeats=True,
+    )
+
+
+def traces() -> dict[str, object]:
+    """The warm start's traces (traces.py, augment.py).
+
+    The share of answer traces also written
+    without distillation, the share of rows whose entities are renamed, the manager copy
+    rows (random word sequences of copy_row_words words stored by ADD) and the answer reading
+    rows (random-word lists and values to copy from the asked person's memory: read_rows.py).
+    draws_per_turn: manager rows per train turn where the teacher has a choice (a fact that
+    collides with a shown memory), each a draw of its choice from the turn's random stream
+    (the first built the banks: traces.manager_rows); op_first: manager replies with each
+    entry's event first and a repeat as an explicit NONE entry. Both off (1, False) in the
+    demo whose numbers the README has; the "ops" arg turns them on (see ops_warm_start).
+    """
+    return dict(
+        direct_fraction=0.3,
+        rename_fraction=0.8,
+        manager_copy_rows=800,
+        copy_row_words=(4, 9),
+        answer_read_rows=800,
+        draws_per_turn=1,
+        op_first=False,
     )
 
 

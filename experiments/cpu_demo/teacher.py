@@ -19,8 +19,11 @@ in Figure 1 of the Memory-R1 paper):
 
 The choices are drawn from a random stream seeded by the teacher's seed and the turn's content
 (facts and retrieved memories), so the same turn always gets the same ops: the SFT traces written
-later from the tuples are exactly what built the tuples' banks. Memory texts are the fact
-sentences themselves (relative dates included, as Mem0 keeps them), or the merged list forms.
+later from the tuples are exactly what built the tuples' banks. Each choice at a collision is a
+distribution (``ManagerRates.distribution``); ``draws`` continues a turn's stream for more SFT
+rows than the one draw that built the banks (the demo's opt-in "ops" warm start). Memory texts
+are the fact sentences themselves (relative dates included, as Mem0 keeps them), or the merged
+list forms.
 """
 
 from __future__ import annotations
