@@ -49,7 +49,7 @@ RIGHT = {
 # Issue 26's thresholds on the share of samples doing the right operation.
 GATE = {"new": 0.85, "repeat": 0.45, "change": 0.25, "list": 0.25, "cancel": 0.25}
 # The overlap at or above which a state counts as a collision in the proxy's report.
-OVERLAP_THRESHOLD = 0.4
+OVERLAP_THRESHOLD = 0.5
 
 
 def gold_kind(entry: Mapping[str, Any]) -> str:

@@ -4,11 +4,14 @@ The manager stage learns an operation only on the states where it matters: a fac
 with a memory already in the bank (a repeat, a changed value, another item of a list, a
 cancelled plan). Which states those are must be found without the gold operation labels, which
 no reward or state choice may read. The proxy is the word overlap between a fact and its top
-shown memory (the first the retriever returned for it): the share of the fact's content words
-that the memory also holds. A repeat ("Melanie enjoys painting." against "Melanie took up
-painting as a hobby.") or a change ("Nadia moved from Seattle to Austin yesterday." against "Nadia
-moved to Seattle last year.") shares its person and its topic words; a new fact about another
-topic shares little more than the name.
+shown memory (the first the retriever returned for it): the share of the shorter one's content
+words that the other also holds (the overlap coefficient). A repeat ("Melanie enjoys
+painting." against "Melanie took up painting as a hobby.") or a change ("Melanie moved from
+Portland to Chicago two days ago." against "Melanie lives in Portland.") shares its person and
+its topic words; a new fact about another topic shares little more than the name. Over the
+shorter one, so that a change's extra words (the new value, the date) do not dilute it: on seed
+0's manager-stage states it finds 91% of the collision turns at 98.7% precision at 0.5, where
+the share of the fact's words finds 84% (docs/demo.md).
 
 Pure text: words are lower-cased alphabetic or numeric runs, a possessive "'s" dropped, and a
 short list of function words removed (they overlap between any two sentences).
@@ -34,12 +37,12 @@ def content_words(text: str) -> frozenset[str]:
 
 
 def word_overlap(fact: str, memory: str) -> float:
-    """The share of the fact's content words that ``memory`` holds, in [0, 1] (0 for a fact
-    with no content word)."""
-    words = content_words(fact)
-    if not words:
+    """The share of the shorter text's content words that the other holds, in [0, 1] (0 when
+    either has no content word)."""
+    a, b = content_words(fact), content_words(memory)
+    if not a or not b:
         return 0.0
-    return len(words & content_words(memory)) / len(words)
+    return len(a & b) / min(len(a), len(b))
 
 
 def collision_score(facts: Sequence[str], shown: Sequence[str]) -> float:
