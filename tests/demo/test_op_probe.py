@@ -180,28 +180,17 @@ def test_the_collision_report_separates_the_kinds_it_is_given():
 
 @pytest.fixture(scope="module")
 def quick_seed(tmp_path_factory):
-    """A quick demo seed folder up to its RL states, with a real checkpoint of the demo's tiny
-    backbone (random weights, saved as the SFT stage saves its train state) in sft/checkpoints."""
-    from experiments.cpu_demo.config import get_config
-    from experiments.cpu_demo.run import SeedRun
-    from memr1.env import load
-    from memr1.train import mesh, state
-    from memr1.train.checkpoint import Checkpointer
-    from tests.train import tiny
+    """A quick demo seed folder up to its RL states with its real SFT warm start (4 steps of
+    `python -m memr1.train`), built by tools/demo_warm_start.py."""
+    from tests.tool import load_tool
 
     root = tmp_path_factory.mktemp("ops") / "seed-0"
-    run = SeedRun(get_config("quick"), 0, root, algo="grpo", log=lambda line: None)
-    for stage in ("data", "tuples", "careful_tuples", "traces", "tokenizer", "base", "rl_tuples"):
-        getattr(run, {"careful_tuples": "make_careful_tuples"}.get(stage, f"make_{stage}"))()
-    backbone = load.load_backbone(hf_dir=str(run.base))
-    m = mesh.build_mesh(1, 1, 1, model_cfgs=[backbone.cfg])
-    _, st = state.create_train_state(m, backbone.cfg, tiny.optim(), seed=3)
-    with Checkpointer(run.sft / "checkpoints") as ckpt:
-        ckpt.save(4, st, {"next_step": 4})
+    assert load_tool("demo_warm_start").main([str(root), "--quick"]) == 0
+    assert (root / "timings.json").is_file() and (root / "rl_tuples" / "metadata.json").is_file()
     return root
 
 
-# Builds a quick demo folder (encoder, tuples, tokenizer) and compiles the sampler: ~40 s alone.
+# Builds a quick demo folder, trains 4 SFT steps and compiles the sampler: about a minute.
 @pytest.mark.slow
 def test_the_tool_samples_a_real_checkpoint_and_its_gate_fails_on_it(quick_seed, capsys):
     from tests.tool import load_tool
@@ -209,6 +198,7 @@ def test_the_tool_samples_a_real_checkpoint_and_its_gate_fails_on_it(quick_seed,
     main = load_tool("op_probe").main
     out = quick_seed / "probe.json"
     argv = [str(quick_seed), "--quick", "--max_states", "3", "--group_size", "2"]
+    # The quick SFT's 4 steps teach no operation list: the gate fails and names the kinds.
     assert main([*argv, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "| gold kind | states | right | ADD |" in printed and "collision proxy" in printed
@@ -220,7 +210,6 @@ def test_the_tool_samples_a_real_checkpoint_and_its_gate_fails_on_it(quick_seed,
         assert kind["samples"] == 2 * kind["states"]
         assert sum(kind["share"].values()) == pytest.approx(1.0)
     assert sum(k["states"] for k in got["collision"]["kinds"].values()) == 3
-    # Random weights write no operation list: the gate fails and names each failing kind.
     assert main([*argv, "--out", str(out), "--gate", "--checkpoint", f"{got['checkpoint']}:4"]) == 1
     err = capsys.readouterr().err
     assert "op probe gate failed" in err and "new: " in err and "cancel: " in err
