@@ -79,14 +79,19 @@ def test_many_draws_follow_the_distribution(case):
     fact, memory = TURNS[case]
     retrieved = [(7, memory), (2, "Maria works as a nurse.")]
     counts = collections.Counter()
-    n = 0
+    n = varied = 0
     for seed in range(100):
         draws = MemZeroLikeTeacher(seed).draws([fact], retrieved, 20)
         assert len(draws) == 20
         # Draw 0 is the teacher's call, the op list that built the banks.
         assert draws[0] == MemZeroLikeTeacher(seed)([fact], retrieved)
-        counts.update(_choice(case, ops) for ops in draws)
+        choices = [_choice(case, ops) for ops in draws]
+        varied += len(set(choices)) > 1
+        counts.update(choices)
         n += len(draws)
+    # The later draws continue the turn's stream: one turn's 20 draws are not one draw repeated
+    # (all 20 alike has probability 0.8 ** 20 ~ 0.012 at the likeliest choice of a repeat).
+    assert varied >= 90, case
     want = dict(ManagerRates().distribution(case))
     for choice, p in want.items():
         # 2,000 draws: a binomial's std is at most 0.011; 0.04 is over 3.5 of them.
