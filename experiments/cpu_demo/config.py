@@ -4,7 +4,8 @@
   python -m experiments.cpu_demo --config experiments/cpu_demo/config.py:quick  # = --quick
 
 Keys of the arg string: quick (every stage in a few steps on a world of four conversations,
-the end-to-end test: nothing learns). The returned ConfigDict is locked.
+the end-to-end test: nothing learns), ops (the opt-in warm start of `ops_warm_start`). The
+returned ConfigDict is locked.
 
 Everything the demo trains and measures is sized here. One seed takes about 16–17 minutes on
 two CPU cores with the machine to itself, most of it SFT (docs/demo.md has the measured wall
@@ -22,7 +23,7 @@ from configs import base
 from experiments.cpu_demo.answer_teacher import LIST_AND_PLAN_KINDS
 from memr1.data.synthloco.world import SynthConfig
 
-DEFAULTS: dict[str, object] = {"quick": False}
+DEFAULTS: dict[str, object] = {"quick": False, "ops": False}
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -64,17 +65,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # banks; the manager stage's states hold the careful bank before their turn, so that the
     # turn's own operation decides its linked answers.
     config.banks = dict(answer=("teacher", "careful"), manager="careful")
-    # The warm start's traces (traces.py, augment.py): the share of answer traces also written
-    # without distillation, the share of rows whose entities are renamed, the manager copy
-    # rows (random word sequences of copy_row_words words stored by ADD) and the answer reading
-    # rows (random-word lists and values to copy from the asked person's memory: read_rows.py).
-    config.traces = dict(
-        direct_fraction=0.3,
-        rename_fraction=0.8,
-        manager_copy_rows=800,
-        copy_row_words=(4, 9),
-        answer_read_rows=800,
-    )
+    config.traces = traces()
     # The warm start: one policy, both agents; its sequence length is the longest trace's.
     config.sft = dict(steps=1400, batch_size=8, lr=3e-3, warmup_steps=10)
     # GRPO/PPO of the Answer Agent, over the train answer tuples and `renamed_copies` copies of
@@ -97,6 +88,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.keep = 1
     # Rows per sampler call in evaluation.
     config.eval_batch_size = 8
+    if v["ops"]:
+        ops_warm_start(config)
     if v["quick"]:
         quick(config)
     config.lock()
@@ -137,6 +130,38 @@ def world() -> dict[str, object]:
         change_questions=True,
         cite_repeats=True,
     )
+
+
+def traces() -> dict[str, object]:
+    """The warm start's traces (traces.py, augment.py).
+
+    The share of answer traces also written
+    without distillation, the share of rows whose entities are renamed, the manager copy
+    rows (random word sequences of copy_row_words words stored by ADD) and the answer reading
+    rows (random-word lists and values to copy from the asked person's memory: read_rows.py).
+    draws_per_turn: manager rows per train turn where the teacher has a choice (a fact that
+    collides with a shown memory), each a draw of its choice from the turn's random stream
+    (the first built the banks: traces.manager_rows); op_first: manager replies with each
+    entry's event first and a repeat as an explicit NONE entry. Both off (1, False) in the
+    demo whose numbers the README has; the "ops" arg turns them on (see ops_warm_start).
+    """
+    return dict(
+        direct_fraction=0.3,
+        rename_fraction=0.8,
+        manager_copy_rows=800,
+        copy_row_words=(4, 9),
+        answer_read_rows=800,
+        draws_per_turn=1,
+        op_first=False,
+    )
+
+
+def ops_warm_start(config: ml_collections.ConfigDict) -> None:
+    """A warm start that samples every operation (issue 26; opt-in, not the measured default):
+    replies with the operation first and NONE as an explicit entry, four draws of the teacher's
+    choice per collision turn, half the ADD-only manager copy rows. docs/demo.md has its
+    op-probe table against the default's."""
+    config.traces.update(draws_per_turn=4, op_first=True, manager_copy_rows=400)
 
 
 def quick(config: ml_collections.ConfigDict) -> None:

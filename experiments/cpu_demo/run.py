@@ -111,7 +111,11 @@ class SeedRun(SeedTuples):
             return
         t = self.c.traces
         manager, mix = traces.manager_rows(
-            read_tuples(self.tuples, "manager"), MemZeroLikeTeacher(self.seed), self.c.style
+            read_tuples(self.tuples, "manager"),
+            MemZeroLikeTeacher(self.seed),
+            self.c.style,
+            draws=t.draws_per_turn,
+            op_first=t.op_first,
         )
         answer = traces.answer_rows(
             self.answer_tuples(),
@@ -125,7 +129,12 @@ class SeedRun(SeedTuples):
         rows = augment.augment_rows(manager + answer, lists, t.rename_fraction, self.seed)
         words = traces.target_words(manager + answer)
         rows += traces.manager_copy_rows(
-            words, t.manager_copy_rows, t.copy_row_words, self.seed, self.c.style
+            words,
+            t.manager_copy_rows,
+            t.copy_row_words,
+            self.seed,
+            self.c.style,
+            op_first=t.op_first,
         )
         k = self.c.memory.k_per_speaker
         rows += read_rows.answer_read_rows(

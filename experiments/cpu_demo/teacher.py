@@ -19,8 +19,11 @@ in Figure 1 of the Memory-R1 paper):
 
 The choices are drawn from a random stream seeded by the teacher's seed and the turn's content
 (facts and retrieved memories), so the same turn always gets the same ops: the SFT traces written
-later from the tuples are exactly what built the tuples' banks. Memory texts are the fact
-sentences themselves (relative dates included, as Mem0 keeps them), or the merged list forms.
+later from the tuples are exactly what built the tuples' banks. Each choice at a collision is a
+distribution (``ManagerRates.distribution``); ``draws`` continues a turn's stream for more SFT
+rows than the one draw that built the banks (the demo's opt-in "ops" warm start). Memory texts
+are the fact sentences themselves (relative dates included, as Mem0 keeps them), or the merged
+list forms.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import random
 from collections.abc import Sequence
 
 from experiments.cpu_demo.sentences import Sentence, merged_hobbies, merged_pets, parse_sentence
-from memr1.env.manager_io import ADD, DELETE, UPDATE, ManagerOp
+from memr1.env.manager_io import ADD, DELETE, NOOP, UPDATE, ManagerOp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +58,29 @@ class ManagerRates:
     cancel_delete: float = 0.4
     repeat_noop: float = 0.8
 
+    def distribution(self, case: str) -> tuple[tuple[str, float], ...]:
+        """The teacher's choice at a collision of ``case`` (one of COLLISIONS) as (choice,
+        probability) pairs summing to 1, in the order `choose` lays them out."""
+        rest = {
+            "item": (("merge", self.list_merge), ("delete_add", self.list_delete_add)),
+            "change": (("update", self.change_update), ("delete_add", self.change_delete_add)),
+            "cancel": (("delete", self.cancel_delete),),
+            "repeat": (("noop", self.repeat_noop),),
+        }[case]
+        left = 1.0 - sum(p for _, p in rest)
+        if left < -1e-9 or any(p < 0 for _, p in rest):
+            raise ValueError(f"ManagerRates: the {case} rates {rest} are not a distribution")
+        return (*rest, ("add", max(left, 0.0)))
+
+
+# The facts that collide with a shown memory of the same person and key: another list item, a
+# changed value, a cancelled plan, a repeat. Only there does the teacher choose.
+COLLISIONS = ("item", "change", "cancel", "repeat")
+# The right choice of each collision (the careful manager's) and the designed flaw, which is
+# the mode of the default rates' choice at the three collisions that change the bank; a repeat
+# is mostly kept out (NOOP 0.8) and now and then stored twice (its flaw).
+RIGHT_CHOICE = {"item": "merge", "change": "update", "cancel": "delete", "repeat": "noop"}
+FLAW = {"item": "delete_add", "change": "add", "cancel": "add", "repeat": "add"}
 
 # Every choice made right: merge a list item, UPDATE a change, DELETE a cancellation, NONE for a
 # repeat. The careful manager that builds the banks an Answer Agent learns to read lists from (as
@@ -92,18 +118,47 @@ class MemZeroLikeTeacher:
         self, facts: Sequence[str], retrieved: Sequence[tuple[int, str]]
     ) -> list[ManagerOp]:
         """The ops for one turn's facts given the memories retrieved for them (real ids)."""
+        return self.draws(facts, retrieved, 1)[0]
+
+    def draws(
+        self,
+        facts: Sequence[str],
+        retrieved: Sequence[tuple[int, str]],
+        n: int,
+        *,
+        explicit_none: bool = False,
+    ) -> list[list[ManagerOp]]:
+        """Up to ``n`` draws of the turn's ops from its one random stream, for SFT rows that
+        carry the teacher's distribution rather than one sample of it.
+
+        Draw 0 is the teacher's call (``__call__``): the op list that built the banks. The
+        later draws continue the same stream and build no bank: they are other replies to the
+        same prompt. A turn with no choice to make (no fact collides with a shown memory) is
+        drawn once. ``explicit_none``: a repeat is answered with a NONE entry on the memory it
+        repeats (ManagerOp(NOOP, id, text)) instead of nothing, which leaves the same bank.
+        """
+        if n < 1:
+            raise ValueError(f"draws: n must be at least 1, got {n}")
         rng = self.rng_for(facts, retrieved)
         shown = [(int(i), text, parse_sentence(text)) for i, text in retrieved]
-        ops: list[ManagerOp] = []
-        used: set[int] = set()
-        for fact in facts:
-            ops += self._one_fact(fact, shown, used, rng)
-        return ops
+        out, chose = [], False
+        for _ in range(n):
+            ops: list[ManagerOp] = []
+            used: set[int] = set()
+            for fact in facts:
+                fact_ops, case = self._one_fact(fact, shown, used, rng, explicit_none)
+                ops += fact_ops
+                chose = chose or case in COLLISIONS
+            out.append(ops)
+            if not chose:
+                break
+        return out
 
-    def _one_fact(self, fact, shown, used, rng) -> list[ManagerOp]:
+    def _one_fact(self, fact, shown, used, rng, explicit_none=False):
+        """(the fact's ops, its case: "plain" or one of COLLISIONS)."""
         new = parse_sentence(fact)
         if new is None:
-            return [ManagerOp(ADD, None, fact)]
+            return [ManagerOp(ADD, None, fact)], "plain"
         # The top-retrieved live memory about the same person and key: Mem0's manager works on
         # whatever the search put first, not on the best of several related memories.
         related = [
@@ -112,34 +167,38 @@ class MemZeroLikeTeacher:
             if old is not None and i not in used and (old.name, old.key) == (new.name, new.key)
         ]
         if not related:
-            return [ManagerOp(ADD, None, fact)]
-        target, _, old = related[0]
-        r, rates = rng.random(), self.rates
-        if new.kind == "item":
-            if r < rates.list_merge:
-                used.add(target)
-                return [ManagerOp(UPDATE, target, merge(old, new))]
-            if r < rates.list_merge + rates.list_delete_add:
-                used.add(target)
-                return [ManagerOp(DELETE, target, ""), ManagerOp(ADD, None, fact)]
-            return [ManagerOp(ADD, None, fact)]
-        if new.kind == "change":
-            if r < rates.change_update:
-                used.add(target)
-                return [ManagerOp(UPDATE, target, fact)]
-            if r < rates.change_update + rates.change_delete_add:
-                used.add(target)
-                return [ManagerOp(DELETE, target, ""), ManagerOp(ADD, None, fact)]
-            return [ManagerOp(ADD, None, fact)]
-        if new.kind == "cancel":
-            if r < rates.cancel_delete:
-                used.add(target)
-                return [ManagerOp(DELETE, target, "")]
-            return [ManagerOp(ADD, None, fact)]
-        # A plain statement: a repeat when the related memory already names the value.
-        if new.value in old.items and old.kind != "cancel":
-            return [] if r < rates.repeat_noop else [ManagerOp(ADD, None, fact)]
-        return [ManagerOp(ADD, None, fact)]
+            return [ManagerOp(ADD, None, fact)], "plain"
+        target, old_text, old = related[0]
+        r = rng.random()
+        if new.kind in ("item", "change", "cancel"):
+            case = new.kind
+        elif new.value in old.items and old.kind != "cancel":
+            case = "repeat"  # a plain statement whose related memory already names the value
+        else:
+            return [ManagerOp(ADD, None, fact)], "plain"
+        choice = choose(self.rates.distribution(case), r)
+        if choice not in ("add", "noop") or (choice == "noop" and explicit_none):
+            used.add(target)  # each shown memory is acted on once, as the parser allows
+        ops = {
+            "merge": [ManagerOp(UPDATE, target, merge(old, new))] if case == "item" else None,
+            "update": [ManagerOp(UPDATE, target, fact)],
+            "delete_add": [ManagerOp(DELETE, target, ""), ManagerOp(ADD, None, fact)],
+            "delete": [ManagerOp(DELETE, target, "")],
+            "noop": [ManagerOp(NOOP, target, old_text)] if explicit_none else [],
+            "add": [ManagerOp(ADD, None, fact)],
+        }[choice]
+        return ops, case
+
+
+def choose(distribution: Sequence[tuple[str, float]], r: float) -> str:
+    """The choice of ``distribution`` ((name, probability) pairs, the rest to the last) that a
+    uniform draw ``r`` in [0, 1) falls in, the choices' intervals laid out in order."""
+    edge = 0.0
+    for name, p in distribution[:-1]:
+        edge += p
+        if r < edge:
+            return name
+    return distribution[-1][0]
 
 
 def merge(old: Sentence, new: Sentence) -> str:

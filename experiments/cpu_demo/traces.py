@@ -37,21 +37,34 @@ from memr1.tuples.schema import AnswerTuple, ManagerTuple
 
 
 def manager_rows(
-    tuples: Iterable[ManagerTuple], teacher: MemZeroLikeTeacher, style: str
+    tuples: Iterable[ManagerTuple],
+    teacher: MemZeroLikeTeacher,
+    style: str,
+    *,
+    draws: int = 1,
+    op_first: bool = False,
 ) -> tuple[list[dict[str, Any]], collections.Counter]:
-    """One row per manager tuple: the teacher's ops for the turn, formatted as the reply.
+    """Rows of the teacher's ops for each manager tuple's turn, formatted as the reply.
+
+    ``draws``: rows per turn where the teacher has a choice (``MemZeroLikeTeacher.draws``; a
+    turn without one gets one row). The first draw of each turn is the op list that built the
+    tuples' banks, so with ``draws`` 1 the rows are exactly what built them; the later draws are
+    other replies to the same prompt, from the same turn's random stream, and build nothing, so
+    that the rows carry the teacher's distribution at a collision instead of one sample of it.
+    ``op_first``: each entry's event first, and a repeat answered by a NONE entry on the memory
+    it repeats (format_manager_output's op_first; the teacher's explicit_none).
 
     Returns:
-      (rows, counts of the op mixes the teacher chose, e.g. "DELETE+ADD").
+      (rows, counts of the op mixes of the rows, e.g. "DELETE+ADD").
     """
     rows, mix = [], collections.Counter()
     for t in tuples:
         messages, id_map = t.manager_input(style=style)
-        ops = teacher(list(t.facts), list(t.retrieved))
-        mix["+".join(op.kind for op in ops) or "NOOP"] += 1
-        rows.append(
-            {"messages": messages, "target": format_manager_output(ops, id_map, style=style)}
-        )
+        facts, retrieved = list(t.facts), list(t.retrieved)
+        for ops in teacher.draws(facts, retrieved, draws, explicit_none=op_first):
+            mix["+".join(op.kind for op in ops) or "NOOP"] += 1
+            target = format_manager_output(ops, id_map, style=style, op_first=op_first)
+            rows.append({"messages": messages, "target": target})
     return rows, mix
 
 
@@ -95,7 +108,13 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[dict[str, Any]]) -> Path
 
 
 def manager_copy_rows(
-    words: Sequence[str], n_rows: int, lengths: tuple[int, int], seed: int, style: str
+    words: Sequence[str],
+    n_rows: int,
+    lengths: tuple[int, int],
+    seed: int,
+    style: str,
+    *,
+    op_first: bool = False,
 ) -> list[dict]:
     """Manager rows whose fact and shown memories are random sequences of ``words`` (``lengths``
     words each, inclusive), the reply the ADD of the fact, rendered by the manager's own renderer
@@ -120,9 +139,8 @@ def manager_copy_rows(
         texts = [sentence() for _ in range(rng.randint(0, 3))]
         messages, id_map = render_manager_input([fact], list(enumerate(texts)), style=style)
         ops = [ManagerOp(ADD, text=fact)]
-        rows.append(
-            {"messages": messages, "target": format_manager_output(ops, id_map, style=style)}
-        )
+        target = format_manager_output(ops, id_map, style=style, op_first=op_first)
+        rows.append({"messages": messages, "target": target})
     return rows
 
 

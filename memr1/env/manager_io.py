@@ -154,12 +154,19 @@ def render_manager_input(
 
 
 def format_manager_output(
-    ops: Sequence[ManagerOp], id_map: Mapping[int, int], *, style: str = "full"
+    ops: Sequence[ManagerOp],
+    id_map: Mapping[int, int],
+    *,
+    style: str = "full",
+    op_first: bool = False,
 ) -> str:
     """The reply a manager should write for ``ops`` (in real ids): SFT targets and test inputs.
 
     ADD entries get the shown ids after the retrieved ones (k, k+1, ...), as the prompt asks.
     "full" writes one entry per line; "compact" writes the whole object on one line.
+    ``op_first`` writes each entry's "event" first (the paper's order puts it after the text):
+    a policy sampling such a reply chooses its operation on the entry's first word, where the
+    other order chooses it after the id and the text. The parser reads either order.
 
     Raises:
       ValueError: an UPDATE, DELETE or targeted NOOP names a real id that is not in ``id_map``,
@@ -178,7 +185,11 @@ def format_manager_output(
             shown_id = shown_of[op.target]
         else:
             raise ValueError(f"{op.kind} targets memory {op.target}, which was not retrieved")
-        entry = {"id": str(shown_id), "text": op.text, "event": _EVENT_SPELLING[op.kind]}
+        entry = {"id": str(shown_id), "text": op.text}
+        if op_first:
+            entry = {"event": _EVENT_SPELLING[op.kind], **entry}
+        else:
+            entry["event"] = _EVENT_SPELLING[op.kind]
         if op.kind == UPDATE and op.old_memory is not None:
             entry["old_memory"] = op.old_memory
         entries.append(entry)

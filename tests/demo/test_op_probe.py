@@ -1,0 +1,218 @@
+"""The op-sampling probe (experiments/cpu_demo/op_probe.py, tools/op_probe.py): categories of
+parsed replies, the per-kind table and its gate on scripted replies, the collision proxy's
+report, and the tool end to end on a real checkpoint of a quick demo folder."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from experiments.cpu_demo import op_probe
+from memr1.env.manager_io import (
+    ADD,
+    DELETE,
+    NOOP,
+    UPDATE,
+    ManagerOp,
+    format_manager_output,
+    parse_manager_output,
+    render_manager_input,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Turn:
+    """The fields of a ManagerTuple the probe reads."""
+
+    facts: tuple[str, ...]
+    retrieved: tuple[tuple[int, str], ...]
+    sample_id: str = "s"
+    dia_id: str = "D1:1"
+
+    def manager_input(self, style="full"):
+        return render_manager_input(self.facts, self.retrieved, style=style)
+
+
+PLAN = "Andrew plans to go to a concert."
+TURN = _Turn(("Andrew cancelled going to the concert.",), ((7, PLAN), (3, "Andrew lives in Rome.")))
+
+
+def _reply(ops):
+    _, id_map = TURN.manager_input(style="compact")
+    return format_manager_output(ops, id_map, style="compact")
+
+
+def _category(text):
+    _, id_map = TURN.manager_input(style="compact")
+    return op_probe.sample_category(parse_manager_output(text, id_map, new_fact_count=1).ops)
+
+
+FACT = TURN.facts[0]
+REPLIES = {
+    "ADD": _reply([ManagerOp(ADD, None, FACT)]),
+    "UPDATE": _reply([ManagerOp(UPDATE, 7, FACT)]),
+    "DELETE": _reply([ManagerOp(DELETE, 7, "")]),
+    "DELETE+ADD": _reply([ManagerOp(DELETE, 7, ""), ManagerOp(ADD, None, FACT)]),
+    "NONE": '{"memory": []}',
+    "other": _reply([ManagerOp(UPDATE, 3, "Andrew lives in Oslo."), ManagerOp(ADD, None, FACT)]),
+}
+
+
+@pytest.mark.parametrize("category", sorted(REPLIES))
+def test_each_reply_falls_in_its_category(category):
+    assert _category(REPLIES[category]) == category
+
+
+def test_none_invalid_and_malformed_replies():
+    assert _category(_reply([ManagerOp(NOOP, 7, PLAN)])) == "NONE"  # an explicit NONE entry
+    assert _category('{"memory": [{"id": "9", "text": "", "event": "DELETE"}]}') == "invalid"
+    assert _category('{"memory": [{"id": "0", "text": "x", "event": "MERGE"}]}') == "invalid"
+    assert _category("Andrew Andrew Andrew") == "malformed"
+    assert _category('{"memory": [{"id": "0", "text": "Andrew can') == "malformed"  # cut off
+
+
+def test_gold_kinds():
+    kind = op_probe.gold_kind
+    assert kind({"op": "ADD"}) == "new"
+    assert kind({"op": "UPDATE", "delete_add_ok": True}) == "change"
+    assert kind({"op": "UPDATE", "delete_add_ok": False}) == "list"
+    assert kind({"op": "DELETE"}) == "cancel"
+    assert kind({"op": "NOOP", "fact": "x"}) == "repeat"
+    assert kind({"op": "NOOP", "fact": None}) == "small_talk"
+    with pytest.raises(ValueError, match="'D9:9': unknown op 'MOVE'"):
+        kind({"op": "MOVE", "dia_id": "D9:9"})
+
+
+# One state of each gated kind, each with its right reply.
+STATES = {
+    "new": (_Turn(("Andrew works as a baker.",), ((7, PLAN),), dia_id="D1:1"), "ADD"),
+    "repeat": (_Turn((PLAN,), ((7, PLAN),), dia_id="D1:2"), "NONE"),
+    "change": (_Turn(("Andrew moved from Rome to Oslo.",), ((3, "x"),), dia_id="D1:3"), "UPDATE"),
+    "list": (_Turn(("Andrew took up chess too.",), ((3, "x"),), dia_id="D1:4"), "UPDATE"),
+    "cancel": (dataclasses.replace(TURN, dia_id="D1:5"), "DELETE"),
+}
+GOLD = {
+    ("s", "D1:1"): {"op": "ADD"},
+    ("s", "D1:2"): {"op": "NOOP", "fact": PLAN},
+    ("s", "D1:3"): {"op": "UPDATE", "delete_add_ok": True},
+    ("s", "D1:4"): {"op": "UPDATE", "delete_add_ok": False},
+    ("s", "D1:5"): {"op": "DELETE"},
+}
+
+
+def _right_reply(state, category):
+    _, id_map = state.manager_input(style="compact")
+    target = next(iter(id_map.values()))
+    ops = {
+        "ADD": [ManagerOp(ADD, None, state.facts[0])],
+        "NONE": [],
+        "UPDATE": [ManagerOp(UPDATE, target, state.facts[0])],
+        "DELETE": [ManagerOp(DELETE, target, "")],
+    }[category]
+    return format_manager_output(ops, id_map, style="compact")
+
+
+def _scripted(right_of: dict[str, int], group=4):
+    """A sampler whose G = 4 replies per state are `right_of[kind]` right ones, the rest ADDs
+    (ADD-only where the kind is new: there the rest are NONE)."""
+    kinds = {state.dia_id: kind for kind, (state, _) in STATES.items()}
+
+    def sample(states):
+        out = []
+        for state in states:
+            kind = kinds[state.dia_id]
+            n = right_of[kind]
+            wrong = "NONE" if kind == "new" else "ADD"
+            out.append(
+                [_right_reply(state, STATES[kind][1])] * n
+                + [_right_reply(state, wrong)] * (group - n)
+            )
+        return out
+
+    return sample
+
+
+def test_the_table_counts_each_kinds_samples_and_the_gate_names_who_fails():
+    states = [s for s, _ in STATES.values()]
+    passing = {"new": 4, "repeat": 2, "change": 1, "list": 1, "cancel": 1}
+    got = op_probe.probe_ops(states, GOLD, _scripted(passing), style="compact")
+    assert got["states"] == 5 and got["group_size"] == 4
+    table = got["kinds"]
+    assert {k: t["right"] for k, t in table.items()} == {
+        "new": 1.0,
+        "repeat": 0.5,
+        "change": 0.25,
+        "list": 0.25,
+        "cancel": 0.25,
+    }
+    assert table["cancel"]["share"]["DELETE"] == 0.25 and table["cancel"]["share"]["ADD"] == 0.75
+    assert all(sum(t["share"].values()) == pytest.approx(1.0) for t in table.values())
+    assert op_probe.gate_failures(table) == []
+
+    # The warm start of issue 26: it ADDs at every collision and keeps one repeat in four out.
+    add_only = {"new": 4, "repeat": 1, "change": 0, "list": 0, "cancel": 0}
+    table = op_probe.probe_ops(states, GOLD, _scripted(add_only), style="compact")["kinds"]
+    failures = op_probe.gate_failures(table)
+    assert [f.split(":")[0] for f in failures] == ["repeat", "change", "list", "cancel"]
+    assert "repeat: right op NONE 0.250 < 0.45" in failures
+    # A kind with no state cannot pass.
+    assert op_probe.gate_failures({}, {"cancel": 0.25})[0].startswith("cancel: no state")
+    with pytest.raises(KeyError, match="s D1:1"):
+        op_probe.probe_ops(states[:1], {}, _scripted(passing), style="compact")
+
+
+def test_the_collision_report_separates_the_kinds_it_is_given():
+    states = [
+        _Turn(("Andrew works as a baker.",), ((7, PLAN),), dia_id="D1:1"),  # overlap 1/3
+        _Turn((PLAN,), ((7, PLAN),), dia_id="D1:2"),  # 1
+        dataclasses.replace(TURN, dia_id="D1:5"),  # {andrew, concert} of 4: 0.5
+    ]
+    got = op_probe.collision_report(states, GOLD, threshold=0.4)
+    assert got["kinds"]["new"] == {"states": 1, "mean_overlap": pytest.approx(1 / 3), "above": 0.0}
+    assert got["kinds"]["repeat"]["above"] == 1.0 and got["kinds"]["cancel"]["above"] == 1.0
+    assert got["chosen"] == 2 and got["precision"] == 1.0
+    assert op_probe.collision_report(states, GOLD, threshold=0.3)["precision"] == pytest.approx(
+        2 / 3
+    )
+
+
+@pytest.fixture(scope="module")
+def quick_seed(tmp_path_factory):
+    """A quick demo seed folder up to its RL states with its real SFT warm start (4 steps of
+    `python -m memr1.train`), built by tools/demo_warm_start.py."""
+    from tests.tool import load_tool
+
+    root = tmp_path_factory.mktemp("ops") / "seed-0"
+    assert load_tool("demo_warm_start").main([str(root), "--quick"]) == 0
+    assert (root / "timings.json").is_file() and (root / "rl_tuples" / "metadata.json").is_file()
+    return root
+
+
+# Builds a quick demo folder, trains 4 SFT steps and compiles the sampler: about a minute.
+@pytest.mark.slow
+def test_the_tool_samples_a_real_checkpoint_and_its_gate_fails_on_it(quick_seed, capsys):
+    from tests.tool import load_tool
+
+    main = load_tool("op_probe").main
+    out = quick_seed / "probe.json"
+    argv = [str(quick_seed), "--quick", "--max_states", "3", "--group_size", "2"]
+    # The quick SFT's 4 steps teach no operation list: the gate fails and names the kinds.
+    assert main([*argv, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| gold kind | states | right | ADD |" in printed and "collision proxy" in printed
+    got = json.loads(out.read_text())
+    assert got["states"] == 3 == sum(k["states"] for k in got["kinds"].values())
+    assert got["group_size"] == 2 and got["temperature"] == 1.0 and got["max_new_tokens"] == 32
+    assert got["checkpoint"] == str(quick_seed / "sft" / "checkpoints")
+    for kind in got["kinds"].values():
+        assert kind["samples"] == 2 * kind["states"]
+        assert sum(kind["share"].values()) == pytest.approx(1.0)
+    assert sum(k["states"] for k in got["collision"]["kinds"].values()) == 3
+    assert main([*argv, "--out", str(out), "--gate", "--checkpoint", f"{got['checkpoint']}:4"]) == 1
+    err = capsys.readouterr().err
+    assert "op probe gate failed" in err and "new: " in err and "cancel: " in err
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--checkpoint", str(quick_seed / "nowhere")])
+    assert exit_info.value.code == 2 and "does not exist" in capsys.readouterr().err

@@ -1,0 +1,150 @@
+"""Which operations does a manager checkpoint sample? The op-sampling probe of
+experiments/cpu_demo/op_probe.py.
+
+  python tools/op_probe.py work/demo/seed-0                          # the SFT warm start
+  python tools/op_probe.py work/demo/seed-0 --gate                   # exit 1 below issue 26's bar
+  python tools/op_probe.py work/demo/seed-0 --checkpoint DIR:best   # another checkpoint
+  python tools/op_probe.py work/demo/seed-0 --group_size 16 --max_states 100 --out ops.json
+
+On the manager stage's own states (train turns with linked questions, the careful banks before
+the turn), samples G replies per state at the rollout temperature and budget of the demo's
+manager stage, parses them with the manager's parser and prints, per gold kind of the turn (new
+fact, repeat, changed value, list item, cancelled plan: synthloco's labels, used only to group
+the report), the share of samples of each category and the share with the right operation; then
+the label-free collision proxy (word overlap of the fact with its top shown memory) per kind.
+``--gate`` exits 1, naming each failing kind, when the right-op shares miss issue 26's
+thresholds (collision kinds >= 0.25, repeats NONE >= 0.45, new facts ADD >= 0.85). Writes JSON
+(--out; default SEED_DIR/op_probe.json) before gating. docs/demo.md has its tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+from experiments.cpu_demo import op_probe
+from experiments.cpu_demo.__main__ import read_config
+from experiments.cpu_demo.run import SeedRun, check_seed_dir
+from memr1.atomic import write_json_atomic
+
+NEEDED = ("base/config.json", "data/gold_ops.json", "rl_tuples/metadata.json")
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("seed_dir", type=Path, help="a demo seed folder (work/demo/seed-N)")
+    parser.add_argument("--seed", type=int, default=None, help="default: from the folder name")
+    parser.add_argument(
+        "--checkpoint", default=None, help="DIR, DIR:STEP or DIR:best (default: SEED_DIR/sft)"
+    )
+    parser.add_argument("--group_size", type=int, default=None, help="G (default: the demo's)")
+    parser.add_argument("--max_states", type=int, default=None, help="default: all")
+    parser.add_argument("--threshold", type=float, default=op_probe.OVERLAP_THRESHOLD)
+    parser.add_argument("--gate", action="store_true", help="exit 1 below issue 26's thresholds")
+    parser.add_argument("--sample_seed", type=int, default=0, help="the sampling key's seed")
+    parser.add_argument("--quick", action="store_true", help="the folder is a --quick demo's")
+    parser.add_argument("--config", default=None, help="the demo's config as FILE[:ARG]")
+    parser.add_argument("--out", type=Path, default=None)
+    return parser, parser.parse_args(argv)
+
+
+def sampler(run, checkpoint: str, group_size: int, key_seed: int):
+    """The probe's sampler: the checkpoint's policy at the demo manager stage's rollout settings."""
+    import jax
+
+    from experiments.cpu_demo.commands import load_config, stage_overrides
+    from memr1.env import load
+    from memr1.env.policy import SamplingConfig
+    from memr1.train.checkpoint import restore_params
+
+    overrides = stage_overrides(run.c, run.seed, stage="manager", algo=run.algo)
+    config = load_config(f"stage=manager,algo={run.algo},runlocal", overrides)
+    sampling = SamplingConfig.from_config(config, "rollout")
+    backbone = load.load_backbone(hf_dir=str(run.base))
+    params = restore_params(checkpoint, backbone.params)
+    policy = load.make_policy(
+        backbone, params, batch_size=8, max_prompt_tokens=config.agents.max_prompt_tokens
+    )
+    sample = op_probe.policy_sampler(
+        policy.decode_copy(),
+        sampling,
+        group_size=group_size,
+        style=run.c.style,
+        key=jax.random.key(key_seed),
+    )
+    return sample, sampling
+
+
+def print_tables(result) -> None:
+    cats = op_probe.CATEGORIES
+    print(
+        f"op probe of {result['checkpoint']} ({result['states']} manager-stage states, "
+        f"G {result['group_size']}, temperature {result['temperature']})"
+    )
+    print("| gold kind | states | right | " + " | ".join(cats) + " |")
+    print("|---|---|---|" + "---|" * len(cats))
+    for kind, k in result["kinds"].items():
+        cells = " | ".join(f"{k['share'][c]:.3f}" for c in cats)
+        print(f"| {kind} | {k['states']} | {k['right']:.3f} | {cells} |")
+    proxy = result["collision"]
+    print("\ncollision proxy: word overlap of the fact with its top shown memory")
+    print(f"| gold kind | states | mean overlap | share >= {proxy['threshold']} |")
+    print("|---|---|---|---|")
+    for kind, k in proxy["kinds"].items():
+        print(f"| {kind} | {k['states']} | {k['mean_overlap']:.3f} | {k['above']:.3f} |")
+    if proxy["precision"] is not None:
+        print(
+            f"states at or above it: {proxy['chosen']}, collisions among them "
+            f"{proxy['precision']:.3f}"
+        )
+
+
+def main(argv=None) -> int:
+    parser, args = parse_args(argv)
+    try:
+        seed = check_seed_dir(args.seed_dir, NEEDED, args.seed)
+        config = read_config(args.config, quick=args.quick)
+    except ValueError as e:
+        parser.error(str(e))
+    run = SeedRun(config, seed, args.seed_dir, algo="grpo", log=print)
+    checkpoint = args.checkpoint or str(args.seed_dir / "sft" / "checkpoints")
+    group_size = args.group_size or config.group_size
+    if group_size < 1:
+        parser.error(f"--group_size must be at least 1, got {group_size}")
+    try:
+        sample, sampling = sampler(run, checkpoint, group_size, args.sample_seed)
+    except FileNotFoundError as e:  # no such directory, step or best record
+        parser.error(str(e))
+
+    from experiments.cpu_demo.reward_probe import gold_index
+    from memr1.tuples import read_tuples
+
+    states = [t for t in read_tuples(run.rl_tuples, "manager") if t.has_qa]
+    states = states[: args.max_states] if args.max_states else states
+    gold = gold_index(run.data / "gold_ops.json")
+    result = {
+        "checkpoint": checkpoint,
+        "temperature": sampling.temperature,
+        "max_new_tokens": sampling.max_new_tokens,
+        **op_probe.probe_ops(states, gold, sample, style=config.style),
+        "collision": op_probe.collision_report(states, gold, threshold=args.threshold),
+    }
+    failures = op_probe.gate_failures(result["kinds"])
+    result["gate"] = {"thresholds": op_probe.GATE, "failures": failures}
+    print_tables(result)
+    out = args.out or args.seed_dir / "op_probe.json"
+    write_json_atomic(out, result, indent=1)
+    print(f"wrote {out}")
+    if args.gate and failures:
+        print("op probe gate failed:\n  " + "\n  ".join(failures), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
