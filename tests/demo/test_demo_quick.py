@@ -16,6 +16,7 @@ from experiments.cpu_demo import report
 from experiments.cpu_demo.__main__ import main
 from experiments.cpu_demo.run import SYSTEMS
 from memr1.train.metrics_log import read_jsonl
+from tests.demo.test_op_probe import check_op_probe_on
 from tests.tool import load_tool
 
 # Compiles models or runs whole commands: tens of seconds on 2 cores (make test-fast skips it).
@@ -116,6 +117,9 @@ def test_quick_demo_writes_every_output(tmp_path, capsys):
         for group in probe["groups"].values():
             assert set(group["reward"]) == {"clean", "add", "delete_add", "none"}
             assert all(0.0 <= r <= 1.0 for r in group["reward"].values())
+
+    # The op-sampling probe and the warm-start tool on this run's SFT manager.
+    check_op_probe_on(seed, capsys)
 
     # A second run resumes: every stage finds its output and nothing is trained again.
     assert main(["--quick", "--workdir", str(workdir)]) == 0

@@ -178,27 +178,21 @@ def test_the_collision_report_separates_the_kinds_it_is_given():
     )
 
 
-@pytest.fixture(scope="module")
-def quick_seed(tmp_path_factory):
-    """A quick demo seed folder up to its RL states with its real SFT warm start (4 steps of
-    `python -m memr1.train`), built by tools/demo_warm_start.py."""
+def check_op_probe_on(quick_seed, capsys):
+    """tools/op_probe.py end to end on a quick demo's seed folder (its real SFT warm start), and
+    tools/demo_warm_start.py on the same folder: run by tests/demo/test_demo_quick.py on its own
+    run, so that the warm start is trained once in the suite."""
+    from memr1.train.checkpoint import resolve_checkpoint
     from tests.tool import load_tool
 
-    root = tmp_path_factory.mktemp("ops") / "seed-0"
-    assert load_tool("demo_warm_start").main([str(root), "--quick"]) == 0
-    assert (root / "timings.json").is_file() and (root / "rl_tuples" / "metadata.json").is_file()
-    return root
-
-
-# Builds a quick demo folder, trains 4 SFT steps and compiles the sampler: about a minute.
-@pytest.mark.slow
-def test_the_tool_samples_a_real_checkpoint_and_its_gate_fails_on_it(quick_seed, capsys):
-    from tests.tool import load_tool
-
+    # Every stage's output is there: the tool runs each stage's skip path and writes timings.
+    assert load_tool("demo_warm_start").main([str(quick_seed), "--quick"]) == 0
+    assert "warm start: " in capsys.readouterr().out
+    assert (quick_seed / "timings.json").is_file() and (quick_seed / "rl_tuples").is_dir()
     main = load_tool("op_probe").main
     out = quick_seed / "probe.json"
     argv = [str(quick_seed), "--quick", "--max_states", "3", "--group_size", "2"]
-    # The quick SFT's 4 steps teach no operation list: the gate fails and names the kinds.
+    # The quick SFT's few steps teach no operation list: the gate fails and names the kinds.
     assert main([*argv, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "| gold kind | states | right | ADD |" in printed and "collision proxy" in printed
@@ -210,7 +204,9 @@ def test_the_tool_samples_a_real_checkpoint_and_its_gate_fails_on_it(quick_seed,
         assert kind["samples"] == 2 * kind["states"]
         assert sum(kind["share"].values()) == pytest.approx(1.0)
     assert sum(k["states"] for k in got["collision"]["kinds"].values()) == 3
-    assert main([*argv, "--out", str(out), "--gate", "--checkpoint", f"{got['checkpoint']}:4"]) == 1
+    step = resolve_checkpoint(got["checkpoint"])[1]
+    gated = [*argv, "--out", str(out), "--gate", "--checkpoint", f"{got['checkpoint']}:{step}"]
+    assert main(gated) == 1
     err = capsys.readouterr().err
     assert "op probe gate failed" in err and "new: " in err and "cancel: " in err
     with pytest.raises(SystemExit) as exit_info:
