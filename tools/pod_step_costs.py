@@ -57,13 +57,14 @@ def sampler_costs(cfg, graphdef, params_abs, prompts: list[np.ndarray], *, group
     from memr1.models import transformer
     from memr1.sampling import sampler as sampler_lib
     from memr1.sampling.layout import row_sharding
+    from memr1.sampling.output import splitter
 
     sampler = sampler_lib.Sampler(cfg, graphdef, pad_id=0)
     kw = dict(key=jax.random.key(0), max_new_tokens=budget, num_samples=group, eos_ids=[1])
     whole = sampler.lower(params_abs, prompts, temperature=0.0 if greedy else 1.0, **kw).compile()
     width = sampler.bucket(max(len(p) for p in prompts))
     tokens, valid = sampler_lib.left_pad(prompts, width, 0)
-    split = sampler_lib._splitter(row_sharding(params_abs, len(prompts)))
+    split = splitter(row_sharding(params_abs, len(prompts)))
     s = width + budget - 1
 
     def prefill(params, tok, val):
