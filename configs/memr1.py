@@ -107,6 +107,13 @@ def paper_recipe(config: ml_collections.ConfigDict) -> None:
     """
     config.mesh.update(data=1, fsdp=-1, tensor=1)
     config.model.remat = True
+    # One compiled block for the cache-free passes (update, reference, scoring), as MaxText's
+    # `scan_layers` default: remat's recompute then runs one block an iteration, which no XLA
+    # pass can hoist (XLA:CPU drops remat's barriers in an unrolled loop and keeps every block's
+    # activations), and compile time does not grow with depth. It costs a stacked copy of the
+    # block weights and its gradient inside the step (FSDP-sharded); decoding with a KV cache
+    # keeps the layer loop (`memr1.models.transformer`), LoRA turns it off (`train.lora`).
+    config.model.scan_layers = True
     config.agents.max_prompt_tokens = 4096
     # Both agents' one budget: their rollouts, validation, the manager stage's reward (the
     # frozen Answer Agent) and evaluation at this config all stop replies at 2,048 tokens.

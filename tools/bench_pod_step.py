@@ -142,6 +142,7 @@ def estimate_bytes(args, config, **workload) -> dict:
         kl_beta=config.train.kl_beta,
         stage=args.stage,
         backend="cpu",  # XLA:CPU's programs, whose bf16 intermediates are float32
+        scan_layers=config.model.scan_layers,
     )
     return me.estimate(args.size, setup, dataclasses.replace(w, **workload), layers=args.layers)
 
@@ -159,6 +160,7 @@ def abstract_setup(args, config):
         dtype=config.model.dtype,
         param_dtype=config.model.param_dtype,
         remat=config.model.remat,
+        scan_layers=config.model.scan_layers,
         attention="einsum",
     )
     m = mesh_lib.build_mesh(

@@ -50,22 +50,28 @@ weight gathered whole: ~10 bytes x V x D a device, 5 GiB at Qwen-7B widths, what
 count. Then one block at a time: its recompute and backward (~10 [T, D] and 4 [T, F] tensors,
 and the [rows, heads, T, T] attention scores at ~12 bytes each: float32 scores and
 probabilities and their gradient; an upper bound where `model.attention` chunks or fuses it),
-and under FSDP its float32 weights gathered, double-buffered. The guarded optimiser update
+and under FSDP its float32 weights gathered, double-buffered. With `model.scan_layers` (the
+recipe's) the blocks' weight shards are also stacked inside the step for the whole pass, and
+their gradient accumulated stacked: two block-weight-sized buffers. The guarded optimiser update
 then computes new weights and both new moments before choosing them or the old ones: three
 float32 trained-size temporaries, after the activations are gone. Not counted: fragmentation
 and the CUDA context; the verdict keeps `--margin` (10%) of the device free for them: "yes"
 below 90%, "tight" up to 100%, "no" above. Every array is assumed sharded as the trainer shards
 it, including the backbone as loaded and the frozen Answer Agent.
 
-Check against XLA's own plan: `tools/memory_vs_xla.py` compiles the real GRPO step on fake CPU
-devices (rows run whole, `model.scan_layers`, `backend="cpu"`: XLA:CPU computes bf16 in float32)
-and sets its peak (arguments + outputs + temporaries - aliased) against this estimate: within
-15% at tiny and Qwen widths with a few blocks (docs/benchmarks.md). The packed GRPO update
-(`train.shared_prompt`: one row a group, `memr1.rl.packing`) runs whole rows, as modelled, of
-its packed width (`prompt` + `response` = that width, `response` its reply columns, where the
-head runs). Not modelled: XLA:CPU's unrolled layer loop, where it drops remat's optimisation
-barriers and keeps every block's activations (`tools/remat_memory.py`);
-`tools/bench_pod_step.py` compiles those and shows the gap.
+The packed GRPO update (`train.shared_prompt`, the recipe's: one row a group,
+`memr1.rl.packing`) is a whole row of its packed width: `rows_per_device` packed groups,
+`prompt` + `response` = the row's width, `response` its reply columns, where the head runs in
+[rows, chunk, V] chunks. The KL reference's log-probs are their own forward-only program
+(`steps.make_grpo_reference`, once per rollout), so only its bf16 weights are resident here,
+not its activations.
+
+Check against XLA's own plan (arguments + outputs + temporaries - aliased, on fake CPU
+devices, `backend="cpu"`: XLA:CPU computes bf16 in float32): `tools/memory_vs_xla.py` (rows
+run whole) and `tools/bench_pod_step.py` (the recipe's packed step), within 15% at tiny and
+Qwen widths with a few blocks (docs/benchmarks.md). Not modelled: an unrolled layer loop on
+XLA:CPU (`model.scan_layers` off), where XLA drops remat's optimisation barriers and keeps
+every block's activations (`tools/remat_memory.py`).
 """
 
 from __future__ import annotations
@@ -144,6 +150,9 @@ class Workload:
     # "cpu": XLA:CPU computes bfloat16 ops in float32 (its float normalisation), so a block's
     # intermediates take 4 bytes an element there; "accelerator" keeps them in the compute dtype.
     backend: str = "accelerator"
+    # The blocks of the update run as one `lax.scan` (config model.scan_layers, recipe=paper's):
+    # their weights and gradient stacked inside the step.
+    scan_layers: bool = True
 
 
 def estimate(
@@ -276,6 +285,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stage", default="manager", choices=("manager", "answer"))
     p.add_argument("--algo", default="grpo", choices=("grpo", "ppo"))
     p.add_argument("--lora-rank", type=int, default=0, help="train LoRA adapters only (0: off)")
+    p.add_argument(
+        "--scan-layers", action=argparse.BooleanOptionalAction, default=Workload.scan_layers,
+        help="the update's blocks as one lax.scan (model.scan_layers, recipe=paper's)",
+    )  # fmt: skip
     p.add_argument("--margin", type=float, default=0.1, help="share of the device kept free")
     p.add_argument("--json", type=Path, help="also write every row as JSON")
     args = p.parse_args(argv)
@@ -291,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         stage=args.stage,
         algo=args.algo,
         lora_rank=args.lora_rank,
+        scan_layers=args.scan_layers,
     )
     rows = [
         estimate(size, setup, w, args.margin)

@@ -115,14 +115,24 @@ def activation_bytes(cfg, mesh: dict[str, int], w, compute_bytes: int) -> dict:
     logits = b * w.logprob_chunk * v * 4 * 3
     head = v * d * (compute_bytes + 4 + (4 if fsdp > 1 else 0))
     head_phase, block_phase = logits + head, block + gather
+    # `model.scan_layers` stacks the blocks' weights inside the step (their FSDP shards, in the
+    # storage dtype) for the whole pass, and their gradient is accumulated stacked before it is
+    # handed back per layer: two block-weight-sized buffers a device (the gradient only where
+    # the block weights train, not under LoRA).
+    stacked = 0
+    if w.scan_layers:
+        per_layer = (cfg.n_heads * 2 + cfg.n_kv_heads * 2) * cfg.head_dim * d + 3 * d * cfg.d_ff
+        shard = cfg.n_layers * per_layer // (fsdp * tp) * (4 if w.param_dtype == "float32" else 2)
+        stacked = shard * (1 if w.lora_rank else 2)
     return {
         "saved_block_inputs": saved,
+        "stacked_blocks": stacked,
         "block_recompute": block,
         "fsdp_gather": gather,
         "logits_chunk": logits,
         "head_weight": head,
         "phase": "head" if head_phase >= block_phase else "block",
-        "total": saved + max(head_phase, block_phase),
+        "total": saved + stacked + max(head_phase, block_phase),
     }
 
 

@@ -57,13 +57,14 @@ def sampler_costs(cfg, graphdef, params_abs, prompts: list[np.ndarray], *, group
     from memr1.models import transformer
     from memr1.sampling import sampler as sampler_lib
     from memr1.sampling.layout import row_sharding
+    from memr1.sampling.output import splitter
 
     sampler = sampler_lib.Sampler(cfg, graphdef, pad_id=0)
     kw = dict(key=jax.random.key(0), max_new_tokens=budget, num_samples=group, eos_ids=[1])
     whole = sampler.lower(params_abs, prompts, temperature=0.0 if greedy else 1.0, **kw).compile()
     width = sampler.bucket(max(len(p) for p in prompts))
     tokens, valid = sampler_lib.left_pad(prompts, width, 0)
-    split = sampler_lib._splitter(row_sharding(params_abs, len(prompts)))
+    split = splitter(row_sharding(params_abs, len(prompts)))
     s = width + budget - 1
 
     def prefill(params, tok, val):
@@ -204,13 +205,30 @@ def update_counts(batch: dict, group: int) -> dict:
                 reply_width=width - p)  # fmt: skip
 
 
+def unrolled(setup):
+    """`setup` with its layer loop unrolled (`model.scan_layers` off): XLA's cost analysis counts
+    a loop body once whatever its trip count, so FLOPs are read off the unrolled program, which
+    does the same arithmetic; memory is read off the setup's own (scanned) program."""
+    from memr1.models import transformer
+
+    if not setup.model_cfg.scan_layers:
+        return setup
+    graphdef = transformer.with_config(
+        setup.graphdef, setup.abstract_state.params, scan_layers=False
+    )
+    cfg = setup.model_cfg.replace(scan_layers=False)
+    return dataclasses.replace(setup, model_cfg=cfg, graphdef=graphdef)
+
+
 def update_stage(setup, grpo_cfg, n, batch, *, group, devices, memory: bool) -> dict:
-    """The update's micro-batch program (x n_micro), the reference's forward-only program, and
-    (with `memory`) XLA's plan of the whole step; `grpo_cfg` packed or not as `batch` is."""
+    """The update's micro-batch program (x n_micro), the reference's forward-only program (both
+    unrolled, for their FLOPs), and (with `memory`) XLA's plan of the whole step as `setup`
+    compiles it; `grpo_cfg` packed or not as `batch` is."""
     import jax
 
     from memr1.train import steps
 
+    full_setup, setup = setup, unrolled(setup)
     ref = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, setup.model_cfg.jnp_dtype, sharding=x.sharding),
         setup.abstract_state.params,
@@ -247,9 +265,9 @@ def update_stage(setup, grpo_cfg, n, batch, *, group, devices, memory: bool) -> 
     out["reference_real_flops"] = real / 3.0
     out["reference_over_real"] = out["reference_flops"] / out["reference_real_flops"]
     if memory:
-        full = steps.make_grpo_step(setup, grpo_cfg)
+        full = steps.make_grpo_step(full_setup, grpo_cfg)
         out["xla_memory"] = xla_memory(
-            full.lower(setup.abstract_state, abstract_batch(setup, batch, rows)).compile()
+            full.lower(full_setup.abstract_state, abstract_batch(setup, batch, rows)).compile()
         )
     return out
 

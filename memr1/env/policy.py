@@ -200,7 +200,8 @@ class TextPolicy:
         for start in range(0, len(prompts), self.batch_size):
             chunk = list(prompts[start : start + self.batch_size])
             real = len(chunk)
-            # Pad the batch with copies of its first prompt: one compiled shape per bucket.
+            # Pad the batch with copies of its first prompt: one compiled shape per bucket. The
+            # copies start finished (`live_prompts`): the call decodes until its real rows end.
             chunk += [chunk[0]] * (self.batch_size - real)
             result = self.sampler.generate(
                 params,
@@ -212,6 +213,7 @@ class TextPolicy:
                 top_k=sampling.top_k,
                 top_p=sampling.top_p,
                 eos_ids=self.eos_ids,
+                live_prompts=real,
             )
             tokens = np.asarray(result.tokens)
             logprobs = np.asarray(result.logprobs)

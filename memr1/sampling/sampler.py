@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -43,31 +43,9 @@ from memr1.models.vocab import check_token_ids
 from memr1.sampling import stopping
 from memr1.sampling.layout import row_sharding
 from memr1.sampling.logits_processing import choose_tokens
+from memr1.sampling.output import SampleOutput, sample_output, splitter
 
 PromptBatch = Sequence[Sequence[int]] | np.ndarray
-
-
-class SampleOutput(NamedTuple):
-    """What one rollout returns (device arrays; rows are prompt-major: row = b * G + g).
-
-    tokens: [B*G, max_new] int32 generated tokens, `pad_id` after each row's end.
-    logprobs: [B*G, max_new] float32 log-probs of the taken tokens under log_softmax(logits / T)
-      (log_softmax(logits) for greedy), 0 after each row's end.
-    lengths: [B*G] int32 generated tokens per row, including the EOS / stop tokens.
-    mask: [B*G, max_new] bool, True on the first `lengths` columns.
-    done: [B*G] bool, True where the row stopped on EOS or a stop sequence, False where it ran
-      out of `max_new_tokens`.
-    prompt_tokens: [B*G, P] int32 the left-padded prompts (P is the bucket width), repeated G times.
-    prompt_mask: [B*G, P] bool, True on real prompt tokens.
-    """
-
-    tokens: jax.Array
-    logprobs: jax.Array
-    lengths: jax.Array
-    mask: jax.Array
-    done: jax.Array
-    prompt_tokens: jax.Array
-    prompt_mask: jax.Array
 
 
 def default_bucket(length: int, minimum: int = 16) -> int:
@@ -151,6 +129,7 @@ class Sampler:
         top_p: float | None = None,
         eos_ids: Sequence[int] = (),
         stop_sequences: Sequence[Sequence[int]] = (),
+        live_prompts: int | None = None,
     ) -> SampleOutput:
         """Generates `num_samples` continuations of each prompt.
 
@@ -166,6 +145,9 @@ class Sampler:
           top_p: nucleus mass in (0, 1] (None: off); applied after top_k.
           eos_ids: token ids that end a row.
           stop_sequences: token-id sequences that end a row (see `memr1.sampling.stopping`).
+          live_prompts: only the first this many prompts are wanted (None: all); the rest fill a
+            fixed batch shape. Their rows start finished (length 0, `done` True), so the decode
+            loop ends when the wanted rows end instead of running on for a filler's sample.
         Returns:
           SampleOutput with B * G rows.
         """
@@ -180,6 +162,7 @@ class Sampler:
             top_p=top_p,
             eos_ids=eos_ids,
             stop_sequences=stop_sequences,
+            live_prompts=live_prompts,
         )
         return self._jitted(*args, **static)
 
@@ -201,6 +184,7 @@ class Sampler:
         top_p=None,
         eos_ids=(),
         stop_sequences=(),
+        live_prompts=None,
     ) -> tuple[tuple, dict]:
         """Checks `generate`'s arguments; returns the jitted program's (arguments, static ones)."""
         lengths = [len(np.asarray(p).reshape(-1)) for p in prompt_tokens]
@@ -222,6 +206,9 @@ class Sampler:
         top_k = int(top_k) if top_k else None
         if top_k is not None and not 0 < top_k <= self.cfg.vocab_size:
             raise ValueError(f"top_k must be in [1, {self.cfg.vocab_size}], got {top_k}")
+        live = len(lengths) if live_prompts is None else int(live_prompts)
+        if not 1 <= live <= len(lengths):
+            raise ValueError(f"live_prompts={live_prompts} must be in [1, {len(lengths)}]")
         greedy = temperature == 0.0
         for b, prompt in enumerate(prompt_tokens):
             check_token_ids(
@@ -237,6 +224,7 @@ class Sampler:
             np.float32(temperature if not greedy else 1.0),
             np.float32(top_p if top_p is not None else 1.0),
             stops,
+            np.arange(len(lengths)) < live,
         )
         static = dict(
             num_samples=int(num_samples),
@@ -261,6 +249,7 @@ class Sampler:
         temperature,
         top_p,
         stops: stopping.StopSet,
+        live_B,
         *,
         num_samples: int,
         max_new_tokens: int,
@@ -275,7 +264,7 @@ class Sampler:
         # The last generated token is never fed back, so the cache needs P + new - 1 slots.
         s = p + new - 1
         graphdef = transformer.without_remat(self.graphdef, params)
-        split = _splitter(row_split)
+        split = splitter(row_split)
         prompt_BP, valid_BP = split(prompt_BP), split(valid_BP)
 
         logits_BV, cache = self._prefill(graphdef, params, prompt_BP, valid_BP, g, s, split)
@@ -297,7 +286,8 @@ class Sampler:
         state = (
             jnp.full((rows, new), pad, jnp.int32),
             jnp.zeros((rows, new), jnp.float32),
-            jnp.zeros((rows,), bool),
+            # Filler rows (not `live`) start finished: they never hold the decode loop open.
+            split(~jnp.repeat(live_B, g)),
             stopping.empty_tail(rows, stops.patterns_QL.shape[1]),
             jnp.zeros((rows,), jnp.int32),
         )
@@ -327,8 +317,8 @@ class Sampler:
             token_R, state = record(i, token_R, logp_R, state)
             return i + 1, cache, token_R, state
 
-        _, _, _, state = jax.lax.while_loop(cond, body, (jnp.int32(1), cache, token_R, state))
-        return _sample_output(state, prompt_BP, valid_BP, g, new, row_split)
+        steps, _, _, state = jax.lax.while_loop(cond, body, (jnp.int32(1), cache, token_R, state))
+        return sample_output(state, steps, prompt_BP, valid_BP, g, new, row_split)
 
     def _prefill(self, graphdef, params, prompt_BP, valid_BP, g: int, s: int, split):
         """Prefills once per prompt into a P-slot cache, then copies it G times into the S-slot
@@ -361,38 +351,3 @@ def _record(i, token_R, logp_R, state, *, pad, stops: stopping.StopSet):
     tail_RW = stopping.push_tail(tail_RW, token_R)
     done_R = done_R | stopping.hits_stop(token_R, tail_RW, stops)
     return token_R, (tokens_RT, logps_RT, done_R, tail_RW, count_R)
-
-
-def _sample_output(state, prompt_BP, valid_BP, g: int, new: int, row_split) -> SampleOutput:
-    """The decode loop's final state as a SampleOutput, gathered whole under a row split."""
-    tokens_RT, logps_RT, done_R, _, count_R = state
-    out = SampleOutput(
-        tokens=tokens_RT,
-        logprobs=logps_RT,
-        lengths=count_R,
-        mask=jnp.arange(new)[None, :] < count_R[:, None],
-        done=done_R,
-        prompt_tokens=jnp.repeat(prompt_BP, g, axis=0),
-        prompt_mask=jnp.repeat(valid_BP, g, axis=0),
-    )
-    if row_split is None:
-        return out
-    # Small outputs, gathered once: every process can read every row.
-    whole = jax.sharding.NamedSharding(row_split.mesh, jax.sharding.PartitionSpec())
-    return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, whole), out)
-
-
-def _splitter(row_split: jax.sharding.NamedSharding | None):
-    """Constrains an array's leading (row) axis to `row_split`, its other axes left free."""
-    if row_split is None:
-        return lambda x: x
-    spec = row_split.spec[0]
-
-    def split(x):
-        rest = (jax.sharding.PartitionSpec.UNCONSTRAINED,) * (x.ndim - 1)
-        sharding = jax.sharding.NamedSharding(
-            row_split.mesh, jax.sharding.PartitionSpec(spec, *rest)
-        )
-        return jax.lax.with_sharding_constraint(x, sharding)
-
-    return split

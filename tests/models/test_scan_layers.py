@@ -97,3 +97,20 @@ def test_layers_that_differ_are_refused():
     model = lora.module_fn(CFG.replace(scan_layers=True), rule)()
     with pytest.raises(ValueError, match="layer 1 differs from layer 0"):
         _loss_and_grads(model, nnx.LoRAParam)
+
+
+def test_the_sampler_decodes_alike_with_scan_layers():
+    """The sampler always runs with a KV cache, where the blocks stay a layer loop: turning
+    `scan_layers` on (the recipe's) leaves its tokens and log-probs unchanged."""
+    from memr1.sampling import Sampler
+
+    graphdef, params = nnx.split(Transformer(CFG.replace(remat=False), nnx.Rngs(params=0)))
+    scan_graphdef, _ = nnx.split(
+        Transformer(CFG.replace(remat=False, scan_layers=True), nnx.Rngs(params=0))
+    )
+    prompts = [[5, 9, 13, 2], [7, 1]]
+    kw = dict(key=jax.random.key(0), max_new_tokens=6, num_samples=2, temperature=1.0)
+    loop = Sampler(CFG, graphdef).generate(params, prompts, **kw)
+    scan = Sampler(CFG.replace(scan_layers=True), scan_graphdef).generate(params, prompts, **kw)
+    np.testing.assert_array_equal(np.asarray(scan.tokens), np.asarray(loop.tokens))
+    np.testing.assert_allclose(np.asarray(scan.logprobs), np.asarray(loop.logprobs), atol=1e-6)

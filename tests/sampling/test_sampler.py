@@ -170,3 +170,24 @@ def test_a_prompt_token_outside_the_vocabulary_is_a_named_error(model, sampler):
     for bad in (TEST_CFG.vocab_size, -1):
         with pytest.raises(OutOfVocabError, match=f"prompt 1: position 1 holds token id {bad}"):
             sampler.generate(model[1], [[1, 2], [3, bad]], key=jax.random.key(0), max_new_tokens=2)
+
+
+def test_filler_prompts_do_not_hold_the_decode_loop_open(model, sampler):
+    """A short last batch is filled to the compiled shape (`live_prompts`): the filler rows
+    start finished, so the call ends when its real rows do (issue 25 §2)."""
+    params = model[1]
+    free = _greedy(sampler, params)
+    tokens = np.asarray(free.tokens)
+    assert int(free.steps) == NEW
+    # Stop the first prompt at its first token; the fillers never meet that token.
+    eos = int(tokens[0, 0])
+    assert eos not in tokens[1:], "pick prompts whose greedy replies avoid the first's token"
+    held = _greedy(sampler, params, eos_ids=[eos])
+    assert int(held.steps) == NEW  # the fillers decode all NEW columns when they are live
+    out = _greedy(sampler, params, eos_ids=[eos], live_prompts=1)
+    assert int(out.steps) == 1
+    np.testing.assert_array_equal(np.asarray(out.tokens)[0], np.asarray(held.tokens)[0])
+    np.testing.assert_array_equal(np.asarray(out.lengths), [1, 0, 0])
+    assert np.asarray(out.done).all()
+    with pytest.raises(ValueError, match="live_prompts"):
+        _greedy(sampler, params, live_prompts=4)

@@ -116,3 +116,24 @@ def test_the_rollout_batch_is_a_training_setting(monkeypatch, rows, calls, shape
     _, params = init_model(CFG, seed=0)
     groups, _, _ = do_rollout(params, states, jax.random.key(0))
     assert len(groups) == 3 and len(seen) == calls and set(seen) == shapes
+
+
+def test_a_short_last_batch_decodes_only_its_real_rows(monkeypatch):
+    """3 prompts in calls of 2: the last call's filler copy starts finished (`live_prompts`), so
+    it costs no decode steps past the real rows' and its rows come back empty (issue 25 §2)."""
+    _, params = init_model(CFG, seed=0)
+    policy = _policy(params, "answer").with_batch_size(2)
+    seen = []
+    real = policy.sampler.generate
+
+    def generate(params, prompts, **kw):
+        out = real(params, prompts, **kw)
+        seen.append((len(prompts), kw.get("live_prompts"), np.asarray(out.lengths)))
+        return out
+
+    monkeypatch.setattr(policy.sampler, "generate", generate)
+    prompts = [(np.asarray([5 + i, 9, 13], np.int32), False) for i in range(3)]
+    groups = policy.complete_ids(prompts, SAMPLING, key=jax.random.key(0), num_samples=2)
+    assert len(groups) == 3 and all(len(g) == 2 for g in groups)
+    assert [(n, live) for n, live, _ in seen] == [(2, 2), (2, 1)]
+    assert (seen[1][2][2:] == 0).all() and (seen[1][2][:2] > 0).all()
