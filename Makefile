@@ -41,4 +41,4 @@ demo: install
 	JAX_PLATFORMS=cpu $(PY) -m experiments.cpu_demo --seeds $(SEEDS)
 
 clean:
-	rm -rf $(VENV) work .pytest_cache
+	rm -rf $(VENV) work .pytest_cache .cache

@@ -1,18 +1,21 @@
 """Settings of the whole test run: one persistent XLA compilation cache for every process in it.
 
 Most of the suite's time is XLA compiling the same tiny programs again: in both pytest-xdist
-workers, and in each `python -m memr1.train / evaluate / tuples` subprocess a test starts. JAX's
-persistent cache lets every one of those processes reuse what another compiled. The cache lives
-under this run's pytest base temp directory, so it starts empty for each run and no run reads
-what another JAX version or another machine wrote. Its key holds the XLA flags
-(`--xla_cpu_max_isa=AVX2` among them, so a capped and an uncapped run never share an entry), the
-backend's platform version and the compile options; a hit loads the executable XLA would have
-built, so nothing a test checks changes, only the time (a test that counts compiles counts JAX's
-in-memory jit cache, which a persistent hit fills as a compile does). A run that sets
-JAX_COMPILATION_CACHE_DIR itself keeps its own setting; MEMR1_TEST_COMPILE_CACHE=0 turns it off.
+workers, in each `python -m memr1.train / evaluate / tuples` subprocess a test starts, and in the
+next run of the suite. JAX's persistent cache lets every one of those processes reuse what
+another compiled. It lives in the checkout's `.cache/jax-tests/` (git ignores it, `make clean`
+removes it), so a second `make test` in the working loop compiles only what changed. An entry's
+key is a hash of the program, the compile options, the XLA flags (`--xla_cpu_max_isa=AVX2`
+among them, so a capped and an uncapped run never share an entry), the backend's platform and
+the jax/jaxlib versions: an entry is only ever read by a process that would have compiled the
+same executable, so nothing a test checks changes, only the time (a test that counts compiles
+counts JAX's in-memory jit cache, which a persistent hit fills as a compile does). JAX evicts
+the least recently used entries beyond 1 GiB.
 
-The settings travel as environment variables: the xdist workers (started after this hook) and
-every subprocess inherit them, and JAX reads them when it is imported.
+MEMR1_TEST_COMPILE_CACHE=run keeps the cache for this run only (under pytest's base temp: what a
+fresh clone and CI measure), =0 turns it off; a run that sets JAX_COMPILATION_CACHE_DIR itself
+keeps its own setting. The settings travel as environment variables: the xdist workers (started
+after this hook) and every subprocess inherit them, and JAX reads them when it is imported.
 
 The order of the files: `--dist loadfile` hands each worker one file at a time from a queue that
 pytest-xdist sorts by the number of tests in a file, so the end-to-end files (one or two tests of
@@ -37,7 +40,9 @@ CACHE_ENV = {
     # Cache every program: the suite's are small, each compiles in well under JAX's default 1 s.
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
     "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+    "JAX_COMPILATION_CACHE_MAX_SIZE": str(1 << 30),
 }
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's tmp_path plugin has set up the base temp
@@ -46,13 +51,18 @@ def pytest_configure(config) -> None:
         config.option.loadscopereorder = False
     if hasattr(config, "workerinput"):
         return  # an xdist worker: the controller has set the environment it inherited
-    if os.environ.get("MEMR1_TEST_COMPILE_CACHE", "1") == "0":
+    mode = os.environ.get("MEMR1_TEST_COMPILE_CACHE", "1")
+    if mode not in ("0", "1", "run"):
+        raise pytest.UsageError(f"MEMR1_TEST_COMPILE_CACHE={mode!r}: expected 1, run or 0")
+    if mode == "0" or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
         return
-    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-        return
-    factory = getattr(config, "_tmp_path_factory", None)  # pytest's own; xdist uses it too
-    base = factory.getbasetemp() if factory is not None else Path(tempfile.mkdtemp())
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(base / "jax-compilation-cache")
+    if mode == "run":
+        factory = getattr(config, "_tmp_path_factory", None)  # pytest's own; xdist uses it too
+        base = factory.getbasetemp() if factory is not None else Path(tempfile.mkdtemp())
+        cache = base / "jax-compilation-cache"
+    else:
+        cache = ROOT / ".cache" / "jax-tests"
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(cache)
     for key, value in CACHE_ENV.items():
         os.environ.setdefault(key, value)
     if "jax" in sys.modules:  # imported by a plugin before this hook: its config read the env
@@ -61,6 +71,7 @@ def pytest_configure(config) -> None:
         jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+        jax.config.update("jax_compilation_cache_max_size", 1 << 30)
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -38,6 +38,7 @@ def test_a_run_records_every_test_with_its_subprocess_cpu(tmp_path):
     )
     times = tmp_path / "times"
     env = {**os.environ, "MEMR1_TEST_TIMES": str(times), "MEMR1_TEST_COMPILE_CACHE": "0"}
+    env.pop("PYTEST_XDIST_WORKER", None)  # this test's own worker: the inner run has none
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
         cwd=tmp_path, env=env, capture_output=True, text=True, check=False,
