@@ -18,25 +18,11 @@ from memr1.env.manager_io import (
     ManagerOp,
     format_manager_output,
     parse_manager_output,
-    render_manager_input,
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class _Turn:
-    """The fields of a ManagerTuple the probe reads."""
-
-    facts: tuple[str, ...]
-    retrieved: tuple[tuple[int, str], ...]
-    sample_id: str = "s"
-    dia_id: str = "D1:1"
-
-    def manager_input(self, style="full"):
-        return render_manager_input(self.facts, self.retrieved, style=style)
-
+from tests.demo.turns import Turn
 
 PLAN = "Andrew plans to go to a concert."
-TURN = _Turn(("Andrew cancelled going to the concert.",), ((7, PLAN), (3, "Andrew lives in Rome.")))
+TURN = Turn(("Andrew cancelled going to the concert.",), ((7, PLAN), (3, "Andrew lives in Rome.")))
 
 
 def _reply(ops):
@@ -87,10 +73,10 @@ def test_gold_kinds():
 
 # One state of each gated kind, each with its right reply.
 STATES = {
-    "new": (_Turn(("Andrew works as a baker.",), ((7, PLAN),), dia_id="D1:1"), "ADD"),
-    "repeat": (_Turn((PLAN,), ((7, PLAN),), dia_id="D1:2"), "NONE"),
-    "change": (_Turn(("Andrew moved from Rome to Oslo.",), ((3, "x"),), dia_id="D1:3"), "UPDATE"),
-    "list": (_Turn(("Andrew took up chess too.",), ((3, "x"),), dia_id="D1:4"), "UPDATE"),
+    "new": (Turn(("Andrew works as a baker.",), ((7, PLAN),), dia_id="D1:1"), "ADD"),
+    "repeat": (Turn((PLAN,), ((7, PLAN),), dia_id="D1:2"), "NONE"),
+    "change": (Turn(("Andrew moved from Rome to Oslo.",), ((3, "x"),), dia_id="D1:3"), "UPDATE"),
+    "list": (Turn(("Andrew took up chess too.",), ((3, "x"),), dia_id="D1:4"), "UPDATE"),
     "cancel": (dataclasses.replace(TURN, dia_id="D1:5"), "DELETE"),
 }
 GOLD = {
@@ -165,8 +151,8 @@ def test_the_table_counts_each_kinds_samples_and_the_gate_names_who_fails():
 
 def test_the_collision_report_separates_the_kinds_it_is_given():
     states = [
-        _Turn(("Andrew works as a baker.",), ((7, PLAN),), dia_id="D1:1"),  # overlap 1/3
-        _Turn((PLAN,), ((7, PLAN),), dia_id="D1:2"),  # 1
+        Turn(("Andrew works as a baker.",), ((7, PLAN),), dia_id="D1:1"),  # overlap 1/3
+        Turn((PLAN,), ((7, PLAN),), dia_id="D1:2"),  # 1
         dataclasses.replace(TURN, dia_id="D1:5"),  # {andrew, concert} of 4: 0.5
     ]
     got = op_probe.collision_report(states, GOLD, threshold=0.4)

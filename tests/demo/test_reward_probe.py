@@ -3,8 +3,6 @@ quick-demo test runs the tool whole through a real frozen Answer Agent."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -16,24 +14,12 @@ from experiments.cpu_demo.reward_probe import (
     probe_rewards,
 )
 from memr1.env.answer import AnswerConfig
-from memr1.env.manager_io import ADD, DELETE, UPDATE, parse_manager_output, render_manager_input
+from memr1.env.manager_io import ADD, DELETE, UPDATE, parse_manager_output
 from memr1.env.manager_reward import RewardEnv
 from memr1.env.memory_store import BankSpec
 from memr1.tuples.schema import LinkedQA, ManagerTuple, MemoryRecord
+from tests.demo.turns import Turn
 from tests.train import tiny
-
-
-@dataclasses.dataclass(frozen=True)
-class _Turn:
-    """The fields of a ManagerTuple the replies are written from."""
-
-    facts: tuple[str, ...]
-    retrieved: tuple[tuple[int, str], ...]
-    sample_id: str = "s"
-    dia_id: str = "D1:1"
-
-    def manager_input(self, style="full"):
-        return render_manager_input(self.facts, self.retrieved, style=style)
 
 
 def _ops(turn, reply):
@@ -44,7 +30,7 @@ def _ops(turn, reply):
 
 def test_behaviours_on_a_list_item_a_change_and_a_repeat():
     toby, home = "Andrew adopted a dog named Toby yesterday.", "Andrew lives in Chicago."
-    item = _Turn(("Andrew adopted another dog named Buddy today.",), ((7, toby), (2, home)))
+    item = Turn(("Andrew adopted another dog named Buddy today.",), ((7, toby), (2, home)))
     replies = behaviour_replies(item)
     assert set(replies) == set(BEHAVIOURS)
     assert _ops(item, replies["clean"]) == [(UPDATE, 7, "Andrew has two dogs: Toby and Buddy.")]
@@ -52,12 +38,12 @@ def test_behaviours_on_a_list_item_a_change_and_a_repeat():
     assert _ops(item, replies["delete_add"]) == [(DELETE, 7, ""), (ADD, None, item.facts[0])]
     assert _ops(item, replies["none"]) == []
 
-    move = _Turn(("Andrew moved from Chicago to Seattle two days ago.",), ((2, home),))
+    move = Turn(("Andrew moved from Chicago to Seattle two days ago.",), ((2, home),))
     replies = behaviour_replies(move)
     assert _ops(move, replies["clean"]) == [(UPDATE, 2, move.facts[0])]
     assert _ops(move, replies["add"]) == [(ADD, None, move.facts[0])]
 
-    repeat = _Turn((home,), ((2, home),))
+    repeat = Turn((home,), ((2, home),))
     replies = behaviour_replies(repeat)
     assert _ops(repeat, replies["clean"]) == [] and _ops(repeat, replies["delete_add"]) == []
     assert _ops(repeat, replies["add"]) == [(ADD, None, home)]  # the duplicate
@@ -167,6 +153,6 @@ def test_through_a_careful_reader_a_repeat_stored_again_hides_the_merged_list():
 
 
 def test_a_state_without_a_gold_label_is_named():
-    turn = _Turn(("Andrew lives in Boston.",), (), sample_id="conv-9", dia_id="D3:4")
+    turn = Turn(("Andrew lives in Boston.",), (), sample_id="conv-9", dia_id="D3:4")
     with pytest.raises(KeyError, match="conv-9 D3:4"):
         probe_rewards([turn], {}, None)
