@@ -6,6 +6,7 @@ retrieved memories and answers. Both are trained with outcome-only RL (exact mat
 
 Rooms of the package, lowest layer first (a room imports only rooms above it in this list;
 tests/test_layering.py checks it):
+  torchless.py  a command's transformers without PyTorch (tokenizers and configs only)
   atomic.py   files and folders written under a temporary name and renamed into place
   models/     decoder-only backbones (Qwen-2.5, LLaMA-3.1), HF checkpoint import/export
   sampling/   the jitted KV-cache rollout engine

@@ -37,6 +37,7 @@ from memr1.eval.longmemeval_judge import (
     summarize_longmemeval,
 )
 from memr1.models.hf_io import CheckpointError
+from memr1.torchless import without_torch
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/memr1.py", "Experiment config.")
 _HF_DIR = flags.DEFINE_string("hf_dir", None, "Local HF checkpoint of the backbone.")
@@ -220,4 +221,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    without_torch()
     app.run(main)

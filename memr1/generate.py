@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from memr1.models.hf_io import CheckpointError
+from memr1.torchless import without_torch
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -89,4 +90,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    without_torch()
     sys.exit(main())

@@ -31,7 +31,8 @@ def _run(args: list[str], env: dict) -> None:
 
 
 TOKENIZER_CODE = (
-    "import sys; from memr1.data.locomo import load_locomo; "
+    "import sys; from memr1.torchless import without_torch; without_torch(); "
+    "from memr1.data.locomo import load_locomo; "
     "from memr1.models.tokenizer_train import train_bpe_tokenizer; "
     "c = load_locomo(sys.argv[1]); "
     "train_bpe_tokenizer([t.text for x in c for t in x.iter_turns()], sys.argv[2], "

@@ -23,6 +23,7 @@ from typing import Any
 from memr1.atomic import write_json_atomic, write_text_atomic
 from memr1.data.locomo import format_locomo_date
 from memr1.data.longmemeval import QUESTION_TYPES, format_longmemeval_date
+from memr1.torchless import without_torch
 
 _NAMES = ("Avery", "Blake", "Casey", "Devon", "Emery", "Finley", "Harper", "Jordan", "Kendall")
 # (statement a speaker makes, question about it with {name}, the same in the first person,
@@ -327,4 +328,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    without_torch()
     raise SystemExit(main())

@@ -27,6 +27,8 @@ import platform
 import sys
 from pathlib import Path
 
+from memr1.torchless import without_torch
+
 KERNELS = ("einsum", "chunked")
 
 
@@ -161,4 +163,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    without_torch()
     sys.exit(main())

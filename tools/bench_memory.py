@@ -20,6 +20,7 @@ import numpy as np
 
 from memr1.memory.bank import ADD, DELETE, EVICT_LRU, NOOP, UPDATE, MemoryBank, empty_bank, tile
 from memr1.memory.ops import Op, apply_op, apply_ops
+from memr1.torchless import without_torch
 
 
 def _random_ops(rng: np.random.Generator, shape: tuple[int, ...], bank: MemoryBank, max_id: int):
@@ -135,5 +136,6 @@ def format_table(results: list[dict]) -> str:
 
 
 if __name__ == "__main__":
+    without_torch()
     print(f"backend: {jax.default_backend()}, devices: {jax.devices()}")
     print(format_table(bench_bank_ops()))

@@ -63,6 +63,8 @@ from pathlib import Path
 
 import numpy as np
 
+from memr1.torchless import without_torch
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # configs/, as a script
 sys.path.insert(0, str(ROOT / "tools"))  # memory_estimate, pod_step_costs
@@ -355,4 +357,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    without_torch()
     sys.exit(main())

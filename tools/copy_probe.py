@@ -26,6 +26,7 @@ from experiments.cpu_demo.config import get_config
 from experiments.cpu_demo.probe import AGENTS, probe_checkpoint
 from experiments.cpu_demo.run import SeedRun, check_seed_dir
 from memr1.atomic import write_json_atomic
+from memr1.torchless import without_torch
 
 
 def main(argv=None) -> int:
@@ -73,4 +74,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    without_torch()
     sys.exit(main())

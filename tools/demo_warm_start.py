@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from experiments.cpu_demo.__main__ import _setup_environment, read_config
+from memr1.torchless import without_torch
 
 STAGES = (
     "data",
@@ -71,4 +72,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    without_torch()
     sys.exit(main())

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from memr1.models.hf_export import MAX_SHARD_BYTES, export_hf
 from memr1.models.hf_io import CheckpointError
+from memr1.torchless import without_torch
 
 # Files whose presence identifies an Orbax checkpoint directory.
 _ORBAX_MARKERS = ("_CHECKPOINT_METADATA", "_METADATA", "manifest.ocdbt")
@@ -157,4 +158,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    without_torch()
     sys.exit(main())

@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memr1.atomic import write_json_atomic
 from memr1.drill import parts
+from memr1.torchless import without_torch
 
 PARTS = ("train", "bank", "nonfinite", "settings")
 
@@ -175,4 +176,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    without_torch()
     sys.exit(main())

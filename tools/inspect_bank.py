@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from memr1 import memory as mem
+from memr1.torchless import without_torch
 
 
 def _date(seconds: int) -> str:
@@ -94,4 +95,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    without_torch()
     sys.exit(main())

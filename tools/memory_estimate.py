@@ -81,6 +81,8 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from memr1.torchless import without_torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # configs/, as a script
 
 
@@ -331,4 +333,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    without_torch()
     sys.exit(main())

@@ -31,6 +31,7 @@ from experiments.cpu_demo import op_probe
 from experiments.cpu_demo.__main__ import read_config
 from experiments.cpu_demo.run import SeedRun, check_seed_dir
 from memr1.atomic import write_json_atomic
+from memr1.torchless import without_torch
 
 NEEDED = ("base/config.json", "data/gold_ops.json", "rl_tuples/metadata.json")
 
@@ -147,4 +148,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    without_torch()
     sys.exit(main())

@@ -16,6 +16,7 @@ from pathlib import Path
 from memr1.atomic import write_json_atomic
 from memr1.models.config import PUBLISHED_PARAM_COUNTS, SIZES
 from memr1.models.transformer import abstract_model, count_params
+from memr1.torchless import without_torch
 
 
 def rows() -> list[dict]:
@@ -81,4 +82,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    without_torch()
     sys.exit(main())

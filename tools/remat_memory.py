@@ -17,6 +17,8 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from memr1.torchless import without_torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # configs/, as a script
 
 SETTINGS = {
@@ -109,4 +111,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    without_torch()
     sys.exit(main())

@@ -31,6 +31,7 @@ from experiments.cpu_demo.config import get_config
 from experiments.cpu_demo.reward_probe import BEHAVIOURS, checkpoint_answerer, probe_seed
 from experiments.cpu_demo.run import SeedRun, check_seed_dir
 from memr1.atomic import write_json_atomic
+from memr1.torchless import without_torch
 
 # Checkpoint folders of the answerers a seed folder holds; "rules" needs none.
 ANSWERERS = {"rl": "answer_{algo}", "sft": "sft", "rules": None}
@@ -95,4 +96,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    without_torch()
     sys.exit(main())

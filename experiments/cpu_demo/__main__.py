@@ -32,6 +32,7 @@ from pathlib import Path
 import ml_collections
 
 from experiments.cpu_demo import config as demo_config
+from memr1.torchless import without_torch
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -158,4 +159,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    without_torch()
     sys.exit(main())

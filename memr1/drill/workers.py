@@ -16,6 +16,8 @@ import os
 import sys
 import time
 
+from memr1.torchless import without_torch
+
 
 def stall_finalize(seconds: float, on_final=None) -> None:
     """Slows Orbax's last act of a save (commit marker + rename) so a kill can land inside it;
@@ -118,4 +120,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    without_torch()
     sys.exit(main(sys.argv[1:]))

@@ -9,6 +9,7 @@ results table later prints them under.
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 from collections import Counter
@@ -16,11 +17,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from nltk.stem import PorterStemmer
 
 from memr1.data.categories import VALID_CATEGORIES
 
-_STEMMER = PorterStemmer()
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 _DROPPED_WORDS = re.compile(r"\b(a|an|the|and)\b")
 # An adversarial question is answered correctly by declining; these are the two phrasings the
@@ -34,9 +33,18 @@ def normalize_answer(text: str) -> str:
     return " ".join(_DROPPED_WORDS.sub(" ", text).split())
 
 
+@functools.cache
+def _stemmer() -> Any:
+    """NLTK's Porter stemmer, imported on first use (`import nltk` loads scipy.stats)."""
+    from nltk.stem import PorterStemmer
+
+    return PorterStemmer()
+
+
 def stemmed_tokens(text: str) -> list[str]:
     """Porter stems of the normalised answer's words."""
-    return [_STEMMER.stem(word) for word in normalize_answer(text).split()]
+    stem = _stemmer().stem
+    return [stem(word) for word in normalize_answer(text).split()]
 
 
 def token_f1(prediction: str, gold: str) -> float:

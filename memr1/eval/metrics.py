@@ -13,16 +13,13 @@ with several sentences a period inside the text stays glued to its word ("paris.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from nltk.tokenize import NLTKWordTokenizer
-from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
-_WORD_TOKENIZER = NLTKWordTokenizer()
-_SMOOTHING = SmoothingFunction().method1
 _F1_SEPARATORS = str.maketrans({".": " ", ",": " ", "!": " ", "?": " "})
 
 
@@ -46,9 +43,20 @@ def f1_tokens(text: str) -> list[str]:
     return text.lower().translate(_F1_SEPARATORS).split()
 
 
+@functools.cache
+def _nltk_bleu() -> tuple[Any, Any, Any]:
+    """NLTK's word tokenizer, sentence_bleu and smoothing method 1, imported on first use:
+    `import nltk` loads scipy.stats (~1.4 s of CPU), which the trainer's processes, scoring EM
+    and F1 only, never need."""
+    from nltk.tokenize import NLTKWordTokenizer
+    from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
+
+    return NLTKWordTokenizer(), sentence_bleu, SmoothingFunction().method1
+
+
 def bleu_tokens(text: str) -> list[str]:
     """Tokens used for BLEU-1: NLTK's Treebank-style word tokens of the lowercased text."""
-    return _WORD_TOKENIZER.tokenize(text.lower())
+    return _nltk_bleu()[0].tokenize(text.lower())
 
 
 def exact_match(prediction: Any, gold: Any) -> float:
@@ -83,8 +91,9 @@ def bleu1(prediction: Any, gold: Any) -> float:
     pred_tokens, ref_tokens = bleu_tokens(pred), bleu_tokens(ref)
     if not pred_tokens or not ref_tokens:
         return 0.0
+    _, sentence_bleu, smoothing = _nltk_bleu()
     score = sentence_bleu(
-        [ref_tokens], pred_tokens, weights=(1, 0, 0, 0), smoothing_function=_SMOOTHING
+        [ref_tokens], pred_tokens, weights=(1, 0, 0, 0), smoothing_function=smoothing
     )
     return float(score)
 

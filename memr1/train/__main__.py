@@ -47,6 +47,7 @@ from memr1.env.policy import agent_budget
 from memr1.env.setup import check_memory_config
 from memr1.memory import BankOverflowError
 from memr1.rl import grpo, ppo
+from memr1.torchless import without_torch
 from memr1.train import faults, loop, lora, mesh, sft, validators
 from memr1.train.checkpoint import Checkpointer
 from memr1.train.faults import parse_faults
@@ -256,4 +257,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    without_torch()
     app.run(main)

@@ -9,6 +9,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from memr1.torchless import without_torch
 from memr1.tuples import cli
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -38,4 +39,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    without_torch()
     app.run(main)

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from memr1.data.tfds.cli import add_build_args, build_configs
+from memr1.torchless import without_torch
 from memr1.tuples.schema import TUPLE_KINDS
 from memr1.tuples.tfds_builder import build
 
@@ -37,4 +38,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    without_torch()
     sys.exit(main())

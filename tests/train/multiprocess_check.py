@@ -19,6 +19,7 @@ from pathlib import Path
 
 import jax
 
+from memr1.torchless import without_torch
 from memr1.train import loop, mesh, sft, state
 from memr1.train.metrics_log import MetricsWriter
 from tests.train import multiprocess_rl, tiny
@@ -66,4 +67,5 @@ def main(out_dir: Path, tok_dir: Path) -> None:
 
 
 if __name__ == "__main__":
+    without_torch()
     main(Path(sys.argv[1]), Path(sys.argv[2]))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import jax
 
+from memr1.torchless import without_torch
 from memr1.train import mesh, validators
 from tests.train.test_validators import PEOPLE, REPLIES, Scripted, answer_states
 
@@ -30,4 +31,5 @@ def main(out_dir: Path) -> None:
 
 
 if __name__ == "__main__":
+    without_torch()
     main(Path(sys.argv[1]))

@@ -27,6 +27,7 @@ import numpy as np
 import memr1.train.__main__ as cli
 from configs import memr1 as memr1_config
 from memr1.models.tokenizer_train import train_bpe_tokenizer
+from memr1.torchless import without_torch
 from memr1.train import state
 from memr1.train.checkpoint import Checkpointer
 
@@ -142,4 +143,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    without_torch()
     sys.exit(main())

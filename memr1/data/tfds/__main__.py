@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from memr1.data.tfds import builders, features
 from memr1.data.tfds.cli import add_build_args, build_configs
+from memr1.torchless import without_torch
 
 CONFIGS = (features.QA_CONFIG, features.CONVERSATIONS_CONFIG)
 
@@ -41,4 +42,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    without_torch()
     sys.exit(main())
