@@ -18,6 +18,7 @@ def model_section(
     dtype: str = "bfloat16",
     param_dtype: str = "float32",
     remat: bool = False,
+    remat_policy: str = "full",
     scan_layers: bool = False,
     attention: str = "auto",
 ) -> ml_collections.ConfigDict:
@@ -25,11 +26,13 @@ def model_section(
 
     `dtype` is the compute dtype of matmuls and activations; `param_dtype` the storage dtype
     of the weights (float32 master weights for training, bfloat16 is enough for sampling).
-    `remat` recomputes each block in the backward pass; `scan_layers` runs the blocks as one
-    `lax.scan`, without which XLA:CPU keeps every block's activations despite remat (see
-    `memr1.models.config.ModelConfig` and docs/benchmarks.md). `attention` is the kernel of
-    prefill and training passes: "auto" (cuDNN on GPU, splash on TPU, chunked elsewhere),
-    "einsum", "chunked", "cudnn" or "splash" (see `memr1.models.attention`).
+    `remat` recomputes each block in the backward pass, keeping what `remat_policy` names
+    ("full": only the block's input; "minimal": also its weight matmuls' outputs);
+    `scan_layers` runs the blocks as one `lax.scan`, without which XLA:CPU keeps every block's
+    activations despite remat (see `memr1.models.config.ModelConfig` and docs/benchmarks.md).
+    `attention` is the kernel of prefill and training passes: "auto" (cuDNN on GPU, splash on
+    TPU, chunked elsewhere), "einsum", "chunked", "cudnn" or "splash" (see
+    `memr1.models.attention`).
     """
     return ml_collections.ConfigDict(
         {
@@ -37,6 +40,7 @@ def model_section(
             "dtype": dtype,
             "param_dtype": param_dtype,
             "remat": remat,
+            "remat_policy": remat_policy,
             "scan_layers": scan_layers,
             "attention": attention,
         }

@@ -126,3 +126,23 @@ def test_the_paper_recipe_and_its_micro_batches(memr1_config):
     config.train.shared_prompt = False
     resolve_micro_batches(config)
     assert config.train.n_micro == 24
+
+
+def test_every_model_key_reaches_the_trained_model(memr1_config):
+    """The model section's keys either load the backbone (size, dtypes) or are set on the
+    trained model's `ModelConfig` (`memr1.train.prepare.training_model_settings`), so no key of
+    the section is silently ignored; `remat_policy` is "full" unless a run chooses "minimal"."""
+    from memr1.models.config import get_size
+    from memr1.train.prepare import training_model_settings
+
+    config = memr1_config.get_config("recipe=paper")
+    config.unlock()
+    config.model.remat_policy = "minimal"
+    settings = training_model_settings(config)
+    assert set(settings) | {"size", "dtype", "param_dtype"} == set(config.model)
+    cfg = get_size("tiny").replace(**settings)
+    assert (cfg.remat, cfg.remat_policy, cfg.scan_layers) == (True, "minimal", True)
+    assert memr1_config.get_config("recipe=paper").model.remat_policy == "full"
+    config.model.remat_policy = "dots"
+    with pytest.raises(ValueError, match="remat_policy='dots'"):
+        get_size("tiny").replace(**training_model_settings(config))

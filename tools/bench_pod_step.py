@@ -103,6 +103,11 @@ def parse_args(argv):
     p.add_argument(
         "--micro-rows", type=int, help="rows a device a micro-batch (default: train.micro_rows)"
     )
+    p.add_argument(
+        "--remat-policy",
+        choices=("full", "minimal"),
+        help="default: the recipe's model.remat_policy",
+    )
     p.add_argument("--no-memory", action="store_true", help="skip the memory compiles")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--machine", default=MACHINE)
@@ -127,6 +132,8 @@ def recipe_config(args):
         config.agents.answer_max_new_tokens = args.answer_max_new_tokens
     if args.micro_rows:
         config.train.micro_rows = args.micro_rows
+    if args.remat_policy:
+        config.model.remat_policy = args.remat_policy
     mesh.resolve_micro_batches(config)
     config.lock()
     return config
@@ -145,6 +152,7 @@ def estimate_bytes(args, config, **workload) -> dict:
         stage=args.stage,
         backend="cpu",  # XLA:CPU's programs, whose bf16 intermediates are float32
         scan_layers=config.model.scan_layers,
+        remat_policy=config.model.remat_policy,
     )
     return me.estimate(args.size, setup, dataclasses.replace(w, **workload), layers=args.layers)
 
@@ -162,6 +170,7 @@ def abstract_setup(args, config):
         dtype=config.model.dtype,
         param_dtype=config.model.param_dtype,
         remat=config.model.remat,
+        remat_policy=config.model.remat_policy,
         scan_layers=config.model.scan_layers,
         attention="einsum",
     )
@@ -273,6 +282,7 @@ def run(args) -> dict:
             "micro_rows": t.micro_rows,
             "kl_beta": t.kl_beta,
             "remat": cfg.remat,
+            "remat_policy": cfg.remat_policy,
             "prompt_lengths": list(p_range),
             "reply_lengths": list(r_range),
             "answer_max_new_tokens": a.answer_max_new_tokens,

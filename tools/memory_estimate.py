@@ -42,7 +42,9 @@ beside the policy: float32 weights, two moments, its gradient and accumulator, ~
 parameter (16 without accumulation), and its own saved block inputs.
 
 Activations, at the peak of the backward pass of one micro-batch with per-block remat: every
-block's input kept in the compute dtype, plus the larger of two phases that never overlap.
+block's input kept in the compute dtype (and with `model.remat_policy` "minimal" the outputs of
+its weight matmuls: q, k, v, the attention output's projection, gate, up and down, ~3D + 2F +
+2KN elements a token), plus the larger of two phases that never overlap.
 The unembedding's, first in the backward: one log-prob chunk's float32 [rows, chunk, V] logits,
 log-softmax and gradient, and the head's weight as a compute-dtype cast and a whole float32
 gradient (summed over the rows before it is reduce-scattered), plus under FSDP the float32
@@ -155,6 +157,9 @@ class Workload:
     # The blocks of the update run as one `lax.scan` (config model.scan_layers, recipe=paper's):
     # their weights and gradient stacked inside the step.
     scan_layers: bool = True
+    # What remat keeps of a block (config model.remat_policy): "full" its input, "minimal" also
+    # the outputs of its weight matmuls.
+    remat_policy: str = "full"
 
 
 def estimate(
@@ -291,6 +296,10 @@ def main(argv: list[str] | None = None) -> int:
         "--scan-layers", action=argparse.BooleanOptionalAction, default=Workload.scan_layers,
         help="the update's blocks as one lax.scan (model.scan_layers, recipe=paper's)",
     )  # fmt: skip
+    p.add_argument(
+        "--remat-policy", default=Workload.remat_policy, choices=("full", "minimal"),
+        help="what a rematerialised block keeps (model.remat_policy)",
+    )  # fmt: skip
     p.add_argument("--margin", type=float, default=0.1, help="share of the device kept free")
     p.add_argument("--json", type=Path, help="also write every row as JSON")
     args = p.parse_args(argv)
@@ -307,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         algo=args.algo,
         lora_rank=args.lora_rank,
         scan_layers=args.scan_layers,
+        remat_policy=args.remat_policy,
     )
     rows = [
         estimate(size, setup, w, args.margin)

@@ -90,6 +90,16 @@ def critic_state(size: str, param_dtype: str, layers: int | None = None):
     return params, jax.eval_shape(make_optimizer(optim).init, params)
 
 
+def saved_matmul_elements(cfg, tp: int, w) -> int:
+    """Elements a token and block that remat keeps beside the block's input: with
+    `model.remat_policy` "minimal" the outputs of its weight matmuls (q, k, v, the attention
+    output's projection, gate, up and down), none with "full"."""
+    if w.remat_policy != "minimal":
+        return 0
+    kv = cfg.n_kv_heads // tp * cfg.head_dim
+    return cfg.n_heads // tp * cfg.head_dim + 2 * kv + 2 * cfg.d_model + 2 * cfg.d_ff // tp
+
+
 def activation_bytes(cfg, mesh: dict[str, int], w, compute_bytes: int) -> dict:
     """Per-device activations of one training micro-batch with per-block remat, at the peak of
     its backward pass: the saved block inputs plus the larger of two phases that never overlap,
@@ -100,6 +110,9 @@ def activation_bytes(cfg, mesh: dict[str, int], w, compute_bytes: int) -> dict:
     h, f, v = cfg.n_heads // tp, cfg.d_ff // tp, cfg.vocab_size // tp
     inner = 4 if w.backend == "cpu" else compute_bytes  # a block's intermediates
     saved = cfg.n_layers * b * t * d * compute_bytes
+    # Saved in the compute dtype, as the block inputs (XLA:CPU too: it computes bf16 matmuls in
+    # float32 but stores their rounded outputs).
+    dots = cfg.n_layers * b * t * saved_matmul_elements(cfg, tp, w) * compute_bytes
     # One block recomputed and differentiated: ~10 [T, D] tensors (norm outputs, q/k/v/o,
     # residuals and their gradients), 4 [T, F] ones (gate, up, product, gradient), and the
     # [T, T] attention scores at ~12 bytes each (float32 scores, probabilities, their gradient).
@@ -126,13 +139,14 @@ def activation_bytes(cfg, mesh: dict[str, int], w, compute_bytes: int) -> dict:
         stacked = shard * (1 if w.lora_rank else 2)
     return {
         "saved_block_inputs": saved,
+        "saved_matmul_outputs": dots,
         "stacked_blocks": stacked,
         "block_recompute": block,
         "fsdp_gather": gather,
         "logits_chunk": logits,
         "head_weight": head,
         "phase": "head" if head_phase >= block_phase else "block",
-        "total": saved + stacked + max(head_phase, block_phase),
+        "total": saved + dots + stacked + max(head_phase, block_phase),
     }
 
 
@@ -199,5 +213,6 @@ def critic_bytes(size: str, w, mesh: dict[str, int], cfg, p_item: int, c_item: i
     critic_opt, _ = shard_bytes(mesh, c_opt)
     grads = critic // p_item * 4
     accum = grads if w.grad_accum else 0
-    act = cfg.n_layers * w.rows_per_device * (w.prompt + w.response) * cfg.d_model * c_item
+    per_token = (cfg.d_model + saved_matmul_elements(cfg, mesh["tensor"], w)) * c_item
+    act = cfg.n_layers * w.rows_per_device * (w.prompt + w.response) * per_token
     return critic, critic_opt, grads, accum, act

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 
 # Attention kernels (memr1.models.attention): "auto" picks one per call by backend and shape.
 ATTENTION_IMPLEMENTATIONS = ("auto", "einsum", "chunked", "cudnn", "splash")
+REMAT_POLICIES = ("full", "minimal")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +50,13 @@ class ModelConfig:
     dtype: str = "float32"  # compute dtype of matmuls and activations
     # Recompute each block's activations in the backward pass instead of storing them.
     remat: bool = False
+    # What a rematerialised block keeps from its forward pass (MaxText's `remat_policy` names):
+    # "full" only the block's input, so the backward recomputes the whole block (~8N FLOPs a
+    # token for training instead of 6N); "minimal" also the outputs of its weight matmuls
+    # (`jax.checkpoint_policies.dots_with_no_batch_dims_saveable`: q, k, v, the attention
+    # output's projection, gate, up and down), so only attention and the elementwise ops are
+    # recomputed, at ~2 x (3D + 2F + 2KN) bytes a token and block more memory in bf16.
+    remat_policy: str = "full"
     # Run the blocks of a cache-free forward pass (training, scoring) as one `lax.scan` over
     # their stacked weights. XLA:CPU removes the optimisation barriers of `jax.checkpoint` early
     # (its cse_barrier_expander pass, before scheduling), so in the unrolled layer loop each
@@ -78,6 +86,10 @@ class ModelConfig:
         if self.attention not in ATTENTION_IMPLEMENTATIONS:
             raise ValueError(
                 f"attention={self.attention!r} is not one of {list(ATTENTION_IMPLEMENTATIONS)}"
+            )
+        if self.remat_policy not in REMAT_POLICIES:
+            raise ValueError(
+                f"remat_policy={self.remat_policy!r} is not one of {list(REMAT_POLICIES)}"
             )
         if self.attention_chunk < 1:
             raise ValueError(f"attention_chunk={self.attention_chunk} must be >= 1")

@@ -18,6 +18,7 @@ makes `cfg.remat` bound activation memory on XLA:CPU (docs/benchmarks.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -177,7 +178,7 @@ class Transformer(nnx.Module):
             layer_cache = None if cache is None else cache[i]
             if self.cfg.remat:
                 # Recompute each block's activations in the backward pass instead of storing them.
-                x_BTD, c = nnx.remat(Block.__call__)(
+                x_BTD, c = nnx.remat(Block.__call__, policy=remat_policy(self.cfg))(
                     layer, x_BTD, positions_BT, mask_BTS, layer_cache, cache_index
                 )
             else:
@@ -223,7 +224,7 @@ class Transformer(nnx.Module):
         if self.cfg.remat:
             # Inside a scan the recomputation cannot be merged with the forward pass, so the
             # CSE barrier is not needed (and would only restrict XLA, see `jax.checkpoint`).
-            body = jax.checkpoint(body, prevent_cse=False)
+            body = jax.checkpoint(body, prevent_cse=False, policy=remat_policy(self.cfg))
         x_BTD, _ = jax.lax.scan(body, x_BTD, stacked)
         return x_BTD
 
@@ -242,6 +243,13 @@ class Transformer(nnx.Module):
         else:
             w, spec = self.lm_head[...].astype(dt), "btd,dv->btv"
         return jnp.einsum(spec, h_BTD, w, preferred_element_type=f32).astype(f32)
+
+
+def remat_policy(cfg: ModelConfig) -> Callable | None:
+    """The `jax.checkpoint` policy of `cfg.remat_policy` (None: save nothing but the inputs)."""
+    if cfg.remat_policy == "minimal":
+        return jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+    return None
 
 
 # ----------------------------------------------------------------------------------------------

@@ -57,6 +57,15 @@ class Models:
     reference: Any = None
 
 
+# The model section's keys that shape the training passes only (the loaded backbone has the rest).
+TRAINING_MODEL_KEYS = ("remat", "remat_policy", "scan_layers", "attention")
+
+
+def training_model_settings(config) -> dict:
+    """The `ModelConfig` fields the config's model section sets on the loaded backbone."""
+    return {k: config.model[k] for k in TRAINING_MODEL_KEYS}
+
+
 def prepare_models(
     config, *, hf_dir, init_checkpoint=None, answer_checkpoint=None, resuming: bool = False
 ) -> Models:
@@ -87,11 +96,7 @@ def prepare_models(
         seed=config.seed,
         mesh=m,
     )
-    model_cfg = backbone.cfg.replace(
-        remat=config.model.remat,
-        scan_layers=config.model.scan_layers,
-        attention=config.model.attention,
-    )
+    model_cfg = backbone.cfg.replace(**training_model_settings(config))
     like = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), backbone.params
     )

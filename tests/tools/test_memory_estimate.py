@@ -66,19 +66,37 @@ def test_the_estimate_is_within_15_percent_of_xlas_peak(tmp_path):
     assert 0.85 <= row["estimate_over_xla"] <= 1.15, row
 
 
+@pytest.fixture(scope="module")
+def packed_updates(tmp_path_factory) -> dict[str, dict]:
+    """tools/bench_pod_step.py's update row of the recipe's own update (one packed row a group,
+    the reply-column head, `model.scan_layers`, the reference outside the step) on 8 fake
+    devices at tiny widths, under each `model.remat_policy`: ~30 s each."""
+    rows = {}
+    for policy in ("full", "minimal"):
+        out = tmp_path_factory.mktemp("pod") / f"{policy}.json"
+        env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+        env.pop("XLA_FLAGS", None)
+        cmd = [sys.executable, "tools/bench_pod_step.py", "--size", "tiny", "--layers", "2",
+               "--states", "16", "--max-new-tokens", "128", "--prompt-lengths", "400:700",
+               "--reply-lengths", "40:120", "--remat-policy", policy,
+               "--json", str(out)]  # fmt: skip
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        (rows[policy],) = [r for r in json.loads(out.read_text())["rows"] if r["stage"] == "update"]
+    return rows
+
+
 @pytest.mark.slow
-def test_the_estimate_is_within_15_percent_of_the_recipes_packed_update(tmp_path):
-    """tools/bench_pod_step.py compiles the recipe's own update (one packed row a group, the
-    reply-column head, `model.scan_layers`, the reference outside the step) on 8 fake devices at
-    tiny widths; its XLA peak and the estimate of the same widths agree within 15%."""
-    out = tmp_path / "pod.json"
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
-    env.pop("XLA_FLAGS", None)
-    cmd = [sys.executable, "tools/bench_pod_step.py", "--size", "tiny", "--layers", "2",
-           "--states", "16", "--max-new-tokens", "128", "--prompt-lengths", "400:700",
-           "--reply-lengths", "40:120", "--json", str(out)]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    (update,) = [r for r in json.loads(out.read_text())["rows"] if r["stage"] == "update"]
+@pytest.mark.parametrize("policy", ["full", "minimal"])
+def test_the_estimate_is_within_15_percent_of_the_recipes_packed_update(packed_updates, policy):
+    update = packed_updates[policy]
     assert update["widths"] == "packed" and update["xla_memory"]["peak"] > 0
     assert 0.85 <= update["estimate_over_xla"] <= 1.15, update
+
+
+@pytest.mark.slow
+def test_minimal_remat_trades_memory_for_the_recomputed_matmuls(packed_updates):
+    """The same step keeps its weight matmuls' outputs: fewer compiled FLOPs, a higher peak."""
+    full, minimal = packed_updates["full"], packed_updates["minimal"]
+    assert minimal["compiled_flops"] < 0.97 * full["compiled_flops"], (full, minimal)
+    assert minimal["xla_memory"]["peak"] > full["xla_memory"]["peak"]
