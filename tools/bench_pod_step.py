@@ -49,6 +49,10 @@ Memory: XLA's peak of a program is its arguments + temporaries + outputs - alias
 bytes, from `compiled.memory_analysis()`, compiled at the real settings (the whole step's batch,
 `n_micro` micro-batches, 128-token log-prob chunks). It is set against the estimate's matching
 part: for the update, resident - Answer Agent + update; for a sampler call, the rollout part.
+The sampler calls are compiled in float32 (their FLOPs are the same): XLA:CPU computes bf16
+matmuls in float32 and keeps a float32 copy of each bf16 weight it reads (the head, the
+embedding table, the blocks' weights: up to ~4 GiB here), which an accelerator's bf16 matmuls
+never make; the estimate is then taken at 4 bytes an element.
 """
 
 from __future__ import annotations
@@ -90,8 +94,9 @@ def parse_args(argv):
     p.add_argument("--layers", type=int, default=2, help="blocks compiled (2-4)")
     p.add_argument("--devices", type=int, default=8, help="fake CPU devices (FSDP axis)")
     p.add_argument(
-        "--layouts", default="packed", choices=("rows", "packed", "both"),
-        help="the update's layout: one row a sample, or one packed row a group (the recipe's)",
+        "--layouts", default="packed", choices=("rows", "packed", "both", "none"),
+        help="the update's layout: one row a sample, or one packed row a group (the recipe's);\n"
+        "none compiles the sampler calls only",
     )  # fmt: skip
     p.add_argument("--prompt-lengths", type=parse_range, help="LO:HI (default per stage)")
     p.add_argument("--reply-lengths", type=parse_range, help="LO:HI (default per stage)")
@@ -185,7 +190,8 @@ def abstract_setup(args, config):
 
 def attach_estimate(args, config, row: dict) -> None:
     """`row`'s estimate of the program's memory and its ratio to XLA's figure: for the update,
-    resident - Answer Agent + update; for a sampler call, the rollout part."""
+    resident - Answer Agent + update; for a sampler call (compiled in float32, see `run`), the
+    rollout part at 4 bytes an element."""
     if row["stage"] == "update":
         est = estimate_bytes(args, config, prompt=row["prompt_width"], response=row["reply_width"])
         partner = est["answer_agent"] + est["answer_agent_replica"]
@@ -194,6 +200,7 @@ def attach_estimate(args, config, row: dict) -> None:
         est = estimate_bytes(
             args, config, prompt=row["prompt_width"], response=row["budget"],
             group=row["group"], rollout_prompts=row["prompts_per_call"],
+            compute_dtype="float32",
         )  # fmt: skip
         row["estimate_bytes"] = est["rollout"]["total"]
     xla = row["xla_memory"]
@@ -216,6 +223,7 @@ def run(args) -> dict:
     import pod_step_costs as costs
 
     from memr1.env.policy import agent_budget
+    from memr1.models.transformer import with_config
     from memr1.rl.grpo import GRPOConfig
 
     config = recipe_config(args)
@@ -231,10 +239,17 @@ def run(args) -> dict:
     cap = a.max_prompt_tokens
     prompt_len = costs.draw_lengths(rng, states, p_range, cap)
     reply_len = costs.draw_lengths(rng, states * g, r_range, budget)
-    params_abs = costs.decode_params(setup, cfg)
+    # The sampler calls are compiled in float32: XLA:CPU computes bf16 matmuls in float32 and
+    # keeps a float32 copy of every bf16 weight the program reads (up to ~4 GiB at 7B widths
+    # with 2 blocks: the head, the embedding table, the block weights), which an accelerator's
+    # native bf16 matmuls never make. In float32 XLA's plan holds the sampler's own buffers, set
+    # against the estimate at 4 bytes an element (`attach_estimate`); FLOPs do not depend on it.
+    cfg32 = cfg.replace(dtype="float32")
+    params_abs = costs.decode_params(setup, cfg32)
+    graphdef32 = with_config(setup.graphdef, params_abs, dtype="float32")
     rows = [
         costs.sampler_stage(
-            "rollout", cfg, setup.graphdef, params_abs, n, prompt_len, reply_len,
+            "rollout", cfg32, graphdef32, params_abs, n, prompt_len, reply_len,
             call=t.rollout_batch_size or states, group=g, budget=budget, greedy=False,
             devices=devices,
         )
@@ -246,13 +261,13 @@ def run(args) -> dict:
         q_reply = costs.draw_lengths(rng, states * g, ar, a.answer_max_new_tokens)
         rows.append(
             costs.sampler_stage(
-                "reward", cfg, setup.graphdef, params_abs, n, q_prompt, q_reply,
+                "reward", cfg32, graphdef32, params_abs, n, q_prompt, q_reply,
                 call=a.batch_size, group=1, budget=a.answer_max_new_tokens, greedy=True,
                 devices=devices,
             )
         )  # fmt: skip
     packed_cfg = GRPOConfig.from_config(config)
-    layouts = ("rows", "packed") if args.layouts == "both" else (args.layouts,)
+    layouts = {"both": ("rows", "packed"), "none": ()}.get(args.layouts, (args.layouts,))
     for layout in layouts:
         batch = costs.update_batch(prompt_len, reply_len, g, budget, layout)
         grpo_cfg = packed_cfg if layout == "packed" else _rows_config(config, g)

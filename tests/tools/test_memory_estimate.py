@@ -100,3 +100,23 @@ def test_minimal_remat_trades_memory_for_the_recomputed_matmuls(packed_updates):
     full, minimal = packed_updates["full"], packed_updates["minimal"]
     assert minimal["compiled_flops"] < 0.97 * full["compiled_flops"], (full, minimal)
     assert minimal["xla_memory"]["peak"] > full["xla_memory"]["peak"]
+
+
+@pytest.mark.slow
+def test_the_estimate_is_within_15_percent_of_the_recipes_sampler_calls(tmp_path):
+    """The manager stage's two sampler calls at Qwen2.5-7B widths (2 blocks, 8 fake devices,
+    compiled in float32: XLA:CPU's bf16 programs add float32 copies of the weights that an
+    accelerator never makes): the policy's rollout (16 prompts x G 8 a call) and the frozen
+    answerer's reward call (8 prompts, greedy). ~10 s."""
+    out = tmp_path / "sampler.json"
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+    env.pop("XLA_FLAGS", None)
+    cmd = [sys.executable, "tools/bench_pod_step.py", "--stage", "manager", "--layers", "2",
+           "--layouts", "none", "--states", "16", "--max-new-tokens", "512",
+           "--answer-max-new-tokens", "256", "--json", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = {r["stage"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"rollout", "reward"}
+    for row in rows.values():
+        assert 0.85 <= row["estimate_over_xla"] <= 1.15, row
