@@ -165,6 +165,41 @@ def bench_ours(sampler, params, prompts, args, *, samples=1, label="memr1") -> d
     return summarise(label, len(prompts) * samples, args.new_tokens, full, one, extra)
 
 
+def sampler_trainer_gap(graphdef, params, sampler, prompts, args, samples: int) -> dict:
+    """How far the trainer's log-probs of a rollout's tokens are from the sampler's own.
+
+    One call draws `samples` replies per prompt at the bench's temperature (a GRPO group), and
+    `memr1.rl.logprobs.sequence_logprobs` (the update's function) scores [prompt | reply] at
+    that temperature. |gap| per sampled token is |log ratio| of a first update whose old
+    log-probs are the sampler's: PPO's clip acts on it before the policy has moved.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from memr1.rl.logprobs import sequence_logprobs
+
+    out = sampler.generate(
+        params, prompts, key=jax.random.key(args.seed + 1), max_new_tokens=args.new_tokens,
+        num_samples=samples, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+    )  # fmt: skip
+    rows = np.repeat(np.asarray(prompts), samples, axis=0)  # rows are prompt-major: b * G + g
+    tokens = jnp.concatenate([jnp.asarray(rows), out.tokens], axis=1)
+    valid = jnp.concatenate([jnp.ones(rows.shape, bool), out.mask], axis=1)
+    score = jax.jit(
+        lambda p, t, v: sequence_logprobs(graphdef, p, t, v, temperature=args.temperature)[0]
+    )
+    gap = jnp.abs(score(params, tokens, valid)[:, rows.shape[1] :] - out.logprobs)
+    gap = np.asarray(jnp.where(out.mask, gap, 0.0))
+    n = int(np.asarray(out.mask).sum())
+    return {
+        "samples": samples,
+        "rows": int(rows.shape[0]),
+        "tokens": n,
+        "max": float(gap.max()),
+        "mean": float(gap.sum() / max(n, 1)),
+    }
+
+
 # ----------------------------------------------------------------------------------------------
 # HF transformers side.
 # ----------------------------------------------------------------------------------------------
@@ -340,6 +375,15 @@ def main(argv=None) -> int:
             before = bench_ours(sampler, params, repeated, args, label=f"memr1 G={g} repeated")
             report["rows"] += [tiled, before]
         print(json.dumps(report["rows"][-1], default=float), flush=True)
+    # The sampler against the trainer on a rollout of G > 1 samples a prompt, at the largest
+    # batch's rows: G = --samples, or 2 where the timed rows are G = 1.
+    g = max(args.samples, 2)
+    batch = max(args.batches)
+    few = rng.integers(
+        1, cfg.vocab_size, size=(max(1, batch // g), args.prompt_len), dtype=np.int32
+    )
+    report["logprob_gap"] = sampler_trainer_gap(graphdef, params, sampler, few, args, g)
+    print(f"sampler vs trainer log-probs: {report['logprob_gap']}", flush=True)
     print_table(report)
     if args.json:
         from memr1.atomic import write_json_atomic

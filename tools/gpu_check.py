@@ -12,10 +12,13 @@ Both benches copy memr1's random weights into HF transformers (PyTorch) and time
 
 It writes one JSON (`--out`; default `$OUT/gpu_check.json` where `$OUT` is set, else
 `gpu_check.json`): for the rollout, new tokens/s and peak device memory of memr1 and HF with their
-ratios; for the update, step tokens/s, MFU (6 N tokens / step time / 989 TFLOP/s) and peak memory
-of both with ratios and the first-step loss check; the goals beside them (rollout >= 15,000 new
-tok/s at batch 64, HF's reference 644; update >= 50% MFU, HF's reference 32%); package versions;
-and each bench's whole report. Each bench's output also goes to `<out stem>.<bench>.log`.
+ratios, and the gap between the trainer's log-probs of a G = 2 rollout's tokens and the
+sampler's own (`bench_generate.sampler_trainer_gap`: the first update's |log ratio| before the
+policy moves); for the update, step tokens/s, MFU (6 N tokens / step time / 989 TFLOP/s) and
+peak memory of both with ratios and the first-step loss check; the goals beside them (rollout
+>= 15,000 new tok/s at batch 64, HF's reference 644; update >= 50% MFU, HF's reference 32%);
+package versions; and each bench's whole report. Each bench's output also goes to
+`<out stem>.<bench>.log`.
 
 Without a GPU it stops at once (exit 3, naming the reason). `--dry-run` (or
 `MEMR1_GPU_CHECK_DRY=1`) runs the same pipeline on the CPU at tiny sizes (tiny model, batch 4),
@@ -225,6 +228,9 @@ def rollout_summary(report: dict, gpu: bool) -> dict:
         "memr1": _pick(ours, keys),
         "hf": _pick(hf, keys),
         "max_logit_gap": hf.get("max_logit_gap") if hf else None,
+        # |trainer log-prob - sampler log-prob| of a G > 1 rollout's tokens (bench_generate's
+        # `sampler_trainer_gap`): the first update's |log ratio| before the policy moves.
+        "logprob_gap": report.get("logprob_gap"),
         "ratio_memr1_over_hf": {
             "new_tok_per_s": _ratio(measured, hf and hf["new_tok_per_s"]),
             "peak_device_bytes": _ratio(ours["peak_device_bytes"], hf and hf["peak_device_bytes"]),

@@ -56,6 +56,9 @@ def test_dry_run_writes_one_json_of_both_benches(tmp_path):
     assert rollout["ratio_memr1_over_hf"]["new_tok_per_s"] == pytest.approx(ratio)
     # bf16 weights on both sides: the copy into HF is exact up to bf16 arithmetic.
     assert rollout["max_logit_gap"] < 0.1
+    # A G > 1 rollout's tokens scored by the trainer: bf16 rounding only (float32: ~1e-7).
+    gap = rollout["logprob_gap"]
+    assert gap["samples"] >= 2 and gap["tokens"] > 0 and 0 <= gap["mean"] < 1e-2
     update = report["update"]
     assert (update["batch"], update["length"], update["peak_tflops"]) == (4, 16, 989.0)
     for side in ("memr1", "hf"):
