@@ -114,6 +114,10 @@ def parse_args(argv):
         help="default: the recipe's model.remat_policy",
     )
     p.add_argument("--no-memory", action="store_true", help="skip the memory compiles")
+    p.add_argument(
+        "--sampler", action=argparse.BooleanOptionalAction, default=True,
+        help="compile the sampler calls (--no-sampler: the update only)",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--machine", default=MACHINE)
     p.add_argument("--json", type=Path, help="also write the report as JSON")
@@ -223,7 +227,6 @@ def run(args) -> dict:
     import pod_step_costs as costs
 
     from memr1.env.policy import agent_budget
-    from memr1.models.transformer import with_config
     from memr1.rl.grpo import GRPOConfig
 
     config = recipe_config(args)
@@ -239,32 +242,11 @@ def run(args) -> dict:
     cap = a.max_prompt_tokens
     prompt_len = costs.draw_lengths(rng, states, p_range, cap)
     reply_len = costs.draw_lengths(rng, states * g, r_range, budget)
-    # The sampler calls are compiled in float32: XLA:CPU computes bf16 matmuls in float32 and
-    # keeps a float32 copy of every bf16 weight the program reads (up to ~4 GiB at 7B widths
-    # with 2 blocks: the head, the embedding table, the block weights), which an accelerator's
-    # native bf16 matmuls never make. In float32 XLA's plan holds the sampler's own buffers, set
-    # against the estimate at 4 bytes an element (`attach_estimate`); FLOPs do not depend on it.
-    cfg32 = cfg.replace(dtype="float32")
-    params_abs = costs.decode_params(setup, cfg32)
-    graphdef32 = with_config(setup.graphdef, params_abs, dtype="float32")
-    rows = [
-        costs.sampler_stage(
-            "rollout", cfg32, graphdef32, params_abs, n, prompt_len, reply_len,
-            call=t.rollout_batch_size or states, group=g, budget=budget, greedy=False,
-            devices=devices,
-        )
-    ]  # fmt: skip
-    if args.stage == "manager":
-        # One question a sampled bank: answer-stage prompts and replies, cut at the answerer's.
-        ap, ar = DEFAULT_LENGTHS["answer"]
-        q_prompt = costs.draw_lengths(rng, states * g, ap, cap)
-        q_reply = costs.draw_lengths(rng, states * g, ar, a.answer_max_new_tokens)
-        rows.append(
-            costs.sampler_stage(
-                "reward", cfg32, graphdef32, params_abs, n, q_prompt, q_reply,
-                call=a.batch_size, group=1, budget=a.answer_max_new_tokens, greedy=True,
-                devices=devices,
-            )
+    rows = []
+    if args.sampler:
+        rows = costs.sampler_rows(
+            args.stage, config, cfg, setup, n, rng, prompt_len, reply_len, budget,
+            answer_lengths=DEFAULT_LENGTHS["answer"],
         )  # fmt: skip
     packed_cfg = GRPOConfig.from_config(config)
     layouts = {"both": ("rows", "packed"), "none": ()}.get(args.layouts, (args.layouts,))
