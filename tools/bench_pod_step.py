@@ -172,16 +172,16 @@ def abstract_setup(args, config):
     from memr1.models.config import get_size
     from memr1.train import mesh as mesh_lib
     from memr1.train import state
+    from memr1.train.prepare import training_model_settings
 
+    model = config.model
     cfg = get_size(
         args.size,
         n_layers=args.layers,
-        dtype=config.model.dtype,
-        param_dtype=config.model.param_dtype,
-        remat=config.model.remat,
-        remat_policy=config.model.remat_policy,
-        scan_layers=config.model.scan_layers,
-        attention="einsum",
+        dtype=model.dtype,
+        param_dtype=model.param_dtype,
+        # The recipe's training settings, but the einsum kernel: see the module docstring.
+        **{**training_model_settings(config), "attention": "einsum"},
     )
     m = mesh_lib.build_mesh(
         config.mesh.data, config.mesh.fsdp, config.mesh.tensor, model_cfgs=[cfg]

@@ -76,6 +76,48 @@ def sampler_costs(cfg, graphdef, params_abs, prompts: list[np.ndarray], *, group
     return f_pre, f_whole - f_pre, xla_memory(whole), width
 
 
+def sampler_rows(stage, config, cfg, setup, n, rng, prompt_len, reply_len, budget, *,
+                 answer_lengths) -> list:  # fmt: skip
+    """`sampler_stage` rows of a step's sampler calls: the policy's rollout and, in the manager
+    stage, the frozen answerer's reward calls (one question a sampled bank, `answer_lengths`
+    LO:HI prompt and reply lengths drawn from `rng`)."""
+    import jax
+
+    from memr1.models.transformer import with_config
+
+    t, a = config.train, config.agents
+    g, devices, states, cap = t.group_size, jax.device_count(), len(prompt_len), a.max_prompt_tokens
+    # The sampler calls are compiled in float32: XLA:CPU computes bf16 matmuls in float32 and
+    # keeps a float32 copy of every bf16 weight the program reads (up to ~4 GiB at 7B widths
+    # with 2 blocks: the head, the embedding table, the block weights), which an accelerator's
+    # native bf16 matmuls never make. In float32 XLA's plan holds the sampler's own buffers, set
+    # against the estimate at 4 bytes an element (bench_pod_step's `attach_estimate`); FLOPs
+    # do not depend on it.
+    cfg32 = cfg.replace(dtype="float32")
+    params_abs = decode_params(setup, cfg32)
+    graphdef32 = with_config(setup.graphdef, params_abs, dtype="float32")
+    rows = [
+        sampler_stage(
+            "rollout", cfg32, graphdef32, params_abs, n, prompt_len, reply_len,
+            call=t.rollout_batch_size or states, group=g, budget=budget, greedy=False,
+            devices=devices,
+        )
+    ]  # fmt: skip
+    if stage == "manager":
+        # One question a sampled bank: answer-stage prompts and replies, cut at the answerer's.
+        ap, ar = answer_lengths
+        q_prompt = draw_lengths(rng, states * g, ap, cap)
+        q_reply = draw_lengths(rng, states * g, ar, a.answer_max_new_tokens)
+        rows.append(
+            sampler_stage(
+                "reward", cfg32, graphdef32, params_abs, n, q_prompt, q_reply,
+                call=a.batch_size, group=1, budget=a.answer_max_new_tokens, greedy=True,
+                devices=devices,
+            )
+        )  # fmt: skip
+    return rows
+
+
 def decode_params(setup, cfg):
     """The abstract decode copy: compute dtype, replicated over data x fsdp
     (`memr1.sampling.layout`)."""
@@ -273,45 +315,3 @@ def update_stage(setup, grpo_cfg, n, batch, *, group, devices, memory: bool) -> 
 
 
 # -- the report --------------------------------------------------------------------------------
-
-
-def sampler_rows(stage, config, cfg, setup, n, rng, prompt_len, reply_len, budget, *,
-                 answer_lengths) -> list:  # fmt: skip
-    """`sampler_stage` rows of a step's sampler calls: the policy's rollout and, in the manager
-    stage, the frozen answerer's reward calls (one question a sampled bank, `answer_lengths`
-    LO:HI prompt and reply lengths drawn from `rng`)."""
-    import jax
-
-    from memr1.models.transformer import with_config
-
-    t, a = config.train, config.agents
-    g, devices, states, cap = t.group_size, jax.device_count(), len(prompt_len), a.max_prompt_tokens
-    # The sampler calls are compiled in float32: XLA:CPU computes bf16 matmuls in float32 and
-    # keeps a float32 copy of every bf16 weight the program reads (up to ~4 GiB at 7B widths
-    # with 2 blocks: the head, the embedding table, the block weights), which an accelerator's
-    # native bf16 matmuls never make. In float32 XLA's plan holds the sampler's own buffers, set
-    # against the estimate at 4 bytes an element (bench_pod_step's `attach_estimate`); FLOPs
-    # do not depend on it.
-    cfg32 = cfg.replace(dtype="float32")
-    params_abs = decode_params(setup, cfg32)
-    graphdef32 = with_config(setup.graphdef, params_abs, dtype="float32")
-    rows = [
-        sampler_stage(
-            "rollout", cfg32, graphdef32, params_abs, n, prompt_len, reply_len,
-            call=t.rollout_batch_size or states, group=g, budget=budget, greedy=False,
-            devices=devices,
-        )
-    ]  # fmt: skip
-    if stage == "manager":
-        # One question a sampled bank: answer-stage prompts and replies, cut at the answerer's.
-        ap, ar = answer_lengths
-        q_prompt = draw_lengths(rng, states * g, ap, cap)
-        q_reply = draw_lengths(rng, states * g, ar, a.answer_max_new_tokens)
-        rows.append(
-            sampler_stage(
-                "reward", cfg32, graphdef32, params_abs, n, q_prompt, q_reply,
-                call=a.batch_size, group=1, budget=a.answer_max_new_tokens, greedy=True,
-                devices=devices,
-            )
-        )  # fmt: skip
-    return rows

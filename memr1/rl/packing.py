@@ -69,11 +69,14 @@ def _parts(batch, group: int):
     return out
 
 
-def packed_needs(batch, group: int) -> tuple[int, int]:
-    """(columns, reply columns) the longest packed group of a row-layout batch needs."""
-    parts = _parts(batch, group)
+def _needs(parts) -> tuple[int, int]:
     totals = [sum(len(c) for c in replies) for _, replies in parts]
     return max(len(p) + t for (p, _), t in zip(parts, totals, strict=True)), max(max(totals), 1)
+
+
+def packed_needs(batch, group: int) -> tuple[int, int]:
+    """(columns, reply columns) the longest packed group of a row-layout batch needs."""
+    return _needs(_parts(batch, group))
 
 
 def pack_groups(batch, group: int, width: int, reply_width: int) -> dict[str, np.ndarray]:
@@ -81,7 +84,7 @@ def pack_groups(batch, group: int, width: int, reply_width: int) -> dict[str, np
     in groups of `group` samples of one prompt, at `width` columns and `reply_width` reply
     columns a row (at least `packed_needs`; the caller buckets them, common to all processes)."""
     parts = _parts(batch, group)
-    need, reply_need = packed_needs(batch, group)
+    need, reply_need = _needs(parts)
     if need > width or reply_need > reply_width:
         raise ValueError(
             f"pack_groups: the longest group needs {need} columns ({reply_need} of replies), "

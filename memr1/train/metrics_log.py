@@ -31,6 +31,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from memr1.atomic import write_text_atomic
+from memr1.torchless import torch_hidden
 
 
 def _summary_writer_class():
@@ -38,19 +39,11 @@ def _summary_writer_class():
 
     tensorboardX's writer imports torch, where it is installed, only to accept torch tensors as
     values; memr1 logs Python floats. Importing torch costs every `memr1.train` start ~2.5 s of
-    CPU (more than JAX's own import), so while tensorboardX loads, an absent torch reads as not
-    installed. A torch already imported (a parity test's) is left as it is.
+    CPU (more than JAX's own import), so tensorboardX loads under `memr1.torchless.torch_hidden`
+    (tensorboardX catches the ImportError). A torch already imported (a parity test's) stays.
     """
-    import sys
-
-    hide = "torch" not in sys.modules
-    if hide:
-        sys.modules["torch"] = None  # `import torch` raises ImportError, which tensorboardX catches
-    try:
+    with torch_hidden():
         from tensorboardX import SummaryWriter
-    finally:
-        if hide:
-            del sys.modules["torch"]
     return SummaryWriter
 
 

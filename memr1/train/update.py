@@ -48,12 +48,7 @@ def batch_sharding(setup: TrainSetup) -> NamedSharding:
 
 
 def check_batch(
-    batch: Batch,
-    required: tuple[str, ...],
-    n_micro: int,
-    row_divisor: int,
-    name: str,
-    unit: int = 1,
+    batch: Batch, required: tuple[str, ...], n_micro: int, row_divisor: int, name: str
 ) -> int:
     """Validates field names and shapes at trace time (before any compute); returns B."""
     missing = [k for k in required if k not in batch]
@@ -63,11 +58,6 @@ def check_batch(
     b = rows[required[0]]
     if any(r != b for r in rows.values()):
         raise ValueError(f"{name} batch fields disagree on the number of rows: {rows}")
-    if unit > 1 and b % (n_micro * unit):
-        raise ValueError(
-            f"{name} batch of {b} rows cannot be split into {n_micro} micro-batches of whole "
-            f"groups of {unit} rows (need a multiple of {n_micro * unit})"
-        )
     if b % (n_micro * row_divisor):
         raise ValueError(
             f"{name} batch of {b} rows cannot be split into {n_micro} micro-batches whose rows "
@@ -192,7 +182,6 @@ def make_step(
     loss_factory: LossFactory,
     with_critic: bool = False,
     grads_only: bool = False,
-    micro_unit: int = 1,
     before_guard: BeforeGuard | None = None,
 ) -> Callable[..., tuple]:
     """The jitted, donating update `step(state, batch) -> (state, metrics)`.
@@ -206,7 +195,6 @@ def make_step(
         `loss_fn(diff_params, micro_batch) -> (loss, metrics)` is normalised by global counts of
         `batch` and `diff_params` is `(trainable,)` or `(trainable, critic_params)`.
       with_critic: the critic is trained by the same loss with its own optimiser.
-      micro_unit: rows that must share a micro-batch (see `to_micro`).
       grads_only: instead build `(state, batch) -> (loss, grads, metrics)`, which
         updates nothing and donates nothing (gradient checks and diagnostics); grads is
         `(trainable,)` or `(trainable, critic)`.
@@ -218,13 +206,11 @@ def make_step(
 
     def step(state: TrainState, batch: Batch):
         with use_mesh(setup.mesh, setup.rules):
-            check_batch(batch, required, n_micro, divisor, name, micro_unit)
+            check_batch(batch, required, n_micro, divisor, name)
             trainable, frozen = split_trainable(state.params, setup.trainable)
             diff = (trainable, state.critic_params) if with_critic else (trainable,)
             loss_fn, metrics = loss_factory(batch, frozen)
-            loss, grads, micro_metrics = accumulate(
-                setup, loss_fn, diff, to_micro(batch, n_micro, micro_unit)
-            )
+            loss, grads, micro_metrics = accumulate(setup, loss_fn, diff, to_micro(batch, n_micro))
             if before_guard is not None:
                 loss, grads = before_guard(loss, grads)
             if grads_only:
@@ -277,7 +263,6 @@ def make_logprob_fn(
     temperature: float = 1.0,
     logprobs: LogprobFn | None = None,
     fields: tuple[str, ...] = ("tokens", "valid"),
-    micro_unit: int = 1,
 ) -> Callable[[Any, Batch], jax.Array]:
     """A jitted `(params, batch) -> logp [B, ...]` over micro-batches, without gradients.
 
@@ -286,8 +271,7 @@ def make_logprob_fn(
     (`memr1.train.steps.make_grpo_reference`), or tokens whose sampler log-probs are missing.
     `logprobs` is the loss's own log-prob function (default: `sequence_logprobs` of `tokens` and
     `valid` at `temperature`, in `chunk`-token chunks), so the values are exactly those the loss
-    would compute; `fields` are the batch fields it reads; micro-batches keep units of
-    `micro_unit` rows whole, as the update's do.
+    would compute; `fields` are the batch fields it reads; its micro-batches are the update's.
     """
     if logprobs is None:
 
@@ -298,14 +282,14 @@ def make_logprob_fn(
     def fn(params, batch):
         with use_mesh(setup.mesh, setup.rules):
             divisor = setup.mesh.shape["data"] * setup.mesh.shape["fsdp"]
-            check_batch(batch, fields, n_micro, divisor, "logprob", micro_unit)
-            micro = to_micro({k: batch[k] for k in fields}, n_micro, micro_unit)
+            check_batch(batch, fields, n_micro, divisor, "logprob")
+            micro = to_micro({k: batch[k] for k in fields}, n_micro)
 
             def body(_, mb):
                 return None, logprobs(setup.graphdef, rebind(params), mb)
 
             _, logp_M = jax.lax.scan(body, None, micro)
-            return from_micro(logp_M, n_micro, micro_unit)
+            return from_micro(logp_M, n_micro)
 
     return jax.jit(
         fn,
