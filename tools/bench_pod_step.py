@@ -121,7 +121,10 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--machine", default=MACHINE)
     p.add_argument("--json", type=Path, help="also write the report as JSON")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.layouts == "none" and not args.sampler:
+        p.error("--layouts none with --no-sampler leaves nothing to compile")
+    return args
 
 
 def recipe_config(args):

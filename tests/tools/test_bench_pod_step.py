@@ -89,3 +89,10 @@ def test_the_report_is_computed_from_the_compiled_programs(tmp_path):
     flops = float(compiled.cost_analysis()["flops"])
     assert packed["micro_batch_flops"] == pytest.approx(flops)
     assert packed["compiled_flops"] == pytest.approx(grpo_cfg.n_micro * flops)
+
+
+def test_a_run_that_compiles_nothing_is_refused():
+    bench = load_tool("bench_pod_step")
+    with pytest.raises(SystemExit) as exc:
+        bench.parse_args(["--layouts", "none", "--no-sampler"])
+    assert exc.value.code == 2
