@@ -201,6 +201,11 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
     replies back to back (`memr1.rl.packing`, `memr1.rl.logprobs.packed_logprobs`: the row
     layout's values, without running the prompt G times or padding a reply to the longest);
     a row is then a group, and `micro_rows` counts groups. PPO keeps one row a sample.
+    `width_classes` (GRPO, packed): the step's groups are sorted by length into this many classes
+    of equal count, each packed at the bucketed width of its own longest group
+    (`memr1.train.batches.pack_step_classes`) and run as `n_micro / width_classes` of the
+    update's micro-batches in the one program; 1 pads every group to the step's longest. It must
+    divide `n_micro`; each combination of class widths is its own compiled program.
     `drop_zero_signal` (GRPO): groups whose G rewards are all equal
     (zero advantages) skip the update (`memr1.train.batches.keep_signal_groups`); off in the
     paper's setting, it changes the loss normalisation. `oversample` (GRPO): each step rolls
@@ -242,6 +247,7 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
             "n_micro": 1,
             "micro_rows": 0,
             "shared_prompt": True,
+            "width_classes": 1,
             "drop_zero_signal": False,
             "oversample": 1,
             "temperature": 1.0,

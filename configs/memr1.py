@@ -102,8 +102,11 @@ def paper_recipe(config: ml_collections.ConfigDict) -> None:
     run time (`memr1.train.mesh.micro_batch_count`): the paper ran 2 rows per GPU; here a GRPO
     row is one packed group (`train.shared_prompt`: a prompt and its G replies, ~3-6k tokens at
     answer-stage lengths), so 1 puts one group on each device per micro-batch. Sized in rows,
-    not tokens as verl's `ppo_max_token_len_per_gpu` is: a jitted step needs fixed shapes, and
-    a packed row's width already follows the step's longest group (`batches.pack_step_groups`).
+    not tokens as verl's `ppo_max_token_len_per_gpu` is: a jitted step needs fixed shapes. GRPO
+    packs a step's groups in 2 width classes (`train.width_classes`,
+    `batches.pack_step_classes`): the shorter half of the groups at its own bucketed width, the
+    longer half at the step's longest, so fewer of the update's positions are padding while a
+    run compiles a handful of update programs (docs/benchmarks.md measures both).
     """
     config.mesh.update(data=1, fsdp=-1, tensor=1)
     config.model.remat = True
@@ -129,6 +132,8 @@ def paper_recipe(config: ml_collections.ConfigDict) -> None:
         # positions is ~5.6 GB a device at 7B and ~19 GB at 14B, beside the training state.
         rollout_batch_size=16,
     )
+    if config.algo == "grpo":
+        config.train.width_classes = 2
 
 
 def sweep() -> list[str]:

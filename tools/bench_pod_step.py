@@ -24,6 +24,11 @@ gather, 0 FLOPs):
            reward is exact match on the host (0 device FLOPs).
   update   the GRPO step: 6 N_blocks a real token, a group's prompt once (the packed update
            runs it once) and every reply token, plus 6 N_head a reply token.
+`at_depth` is the update's (and the reference's) ratio at the backbone's real depth (28 blocks
+at 7B): the update is compiled again at `--layers` - 1 blocks, a block costs the difference
+(every block is the same program), and compiled and real FLOPs grow by that much a block
+(`pod_step_costs.at_depth`). At a few blocks the head weighs as much as the blocks; at depth
+attention is what is left beside 6N.
 `per_pos` sets the compiled FLOPs against the same count over every position the update runs
 (padding included; the head's positions: the reply columns when packed, every column in the
 row layout): what is left is the program's own overhead (attention, remat's recompute), not
@@ -31,17 +36,19 @@ padding.
 Compiled FLOPs are `compiled.cost_analysis()["flops"]` of the step's own programs. XLA counts
 a loop body once whatever its trip count, so each loop is compiled apart: the sampler program
 is compiled whole and its prefill alone, the decode step is their difference and runs (longest
-reply of the call - 1) times; the update is compiled for one micro-batch (n_micro = 1, log-probs
-in one chunk) and runs `n_micro` times a step (its optimiser update, ~20 FLOPs a parameter, is
-then counted n_micro times: < 0.1%). Attention is the einsum kernel (the chunked one's scan
-would be counted once; cuDNN and splash compute the same dense scores here, see issue 25 §7).
+reply of the call - 1) times; the update is compiled for one micro-batch of each width class
+(n_micro = 1, log-probs in one chunk), each run `n_micro / width_classes` times a step (its
+optimiser update, ~20 FLOPs a parameter, is then counted n_micro times: < 0.1%). Attention is
+the einsum kernel (the chunked one's scan would be counted once; cuDNN and splash compute the
+same dense scores here, see issue 25 §7).
 The figures are per device; real FLOPs are the step's over the devices.
 
 Layouts: `packed` (the recipe's, `train.shared_prompt`) feeds the update one row a group, its
-prompt once and its G replies back to back (`memr1.rl.packing`), at the bucketed width of the
-step's longest group, `micro_rows` groups a device a micro-batch; `rows` one row a sample
-(`memr1.train.batches.rollout_rows`' bucketed prompt and reply widths), the same groups a
-micro-batch. The KL reference is its own forward-only program once per rollout
+prompt once and its G replies back to back (`memr1.rl.packing`), in `train.width_classes`
+classes of groups sorted by length, each at the bucketed width of its own longest group
+(`--width-classes`; widths printed PxR per class), `micro_rows` groups a device a micro-batch;
+`rows` one row a sample (`memr1.train.batches.rollout_rows`' bucketed prompt and reply widths),
+the same groups a micro-batch. The KL reference is its own forward-only program once per rollout
 (`steps.make_grpo_reference`), printed on its own line against 2 N_blocks a real token + 2 N_head
 a reply token. The rollout does not change.
 
@@ -113,6 +120,10 @@ def parse_args(argv):
         choices=("full", "minimal"),
         help="default: the recipe's model.remat_policy",
     )
+    p.add_argument(
+        "--width-classes", type=int,
+        help="the packed update's width classes (default: the recipe's train.width_classes)",
+    )  # fmt: skip
     p.add_argument("--no-memory", action="store_true", help="skip the memory compiles")
     p.add_argument(
         "--sampler", action=argparse.BooleanOptionalAction, default=True,
@@ -146,6 +157,8 @@ def recipe_config(args):
         config.train.micro_rows = args.micro_rows
     if args.remat_policy:
         config.model.remat_policy = args.remat_policy
+    if args.width_classes:
+        config.train.width_classes = args.width_classes
     mesh.resolve_micro_batches(config)
     config.lock()
     return config
@@ -169,9 +182,10 @@ def estimate_bytes(args, config, **workload) -> dict:
     return me.estimate(args.size, setup, dataclasses.replace(w, **workload), layers=args.layers)
 
 
-def abstract_setup(args, config):
-    """(model config, train setup) at the size's real widths with `args.layers` blocks, on the
-    recipe's mesh; the train state is abstract (nothing is materialised)."""
+def abstract_setup(args, config, layers: int | None = None):
+    """(model config, train setup) at the size's real widths with `layers` (default
+    `args.layers`) blocks, on the recipe's mesh; the train state is abstract (nothing is
+    materialised)."""
     from memr1.models.config import get_size
     from memr1.train import mesh as mesh_lib
     from memr1.train import state
@@ -180,7 +194,7 @@ def abstract_setup(args, config):
     model = config.model
     cfg = get_size(
         args.size,
-        n_layers=args.layers,
+        n_layers=layers or args.layers,
         dtype=model.dtype,
         param_dtype=model.param_dtype,
         # The recipe's training settings, but the einsum kernel: see the module docstring.
@@ -220,7 +234,7 @@ def _rows_config(config, group: int):
     from memr1.rl.grpo import GRPOConfig
 
     rows_cfg = config.copy_and_resolve_references()
-    rows_cfg.train.shared_prompt = False
+    rows_cfg.train.update(shared_prompt=False, width_classes=1)
     cfg = GRPOConfig.from_config(rows_cfg)
     return dataclasses.replace(cfg, n_micro=config.train.n_micro)
 
@@ -230,6 +244,7 @@ def run(args) -> dict:
     import pod_step_costs as costs
 
     from memr1.env.policy import agent_budget
+    from memr1.models.config import get_size
     from memr1.rl.grpo import GRPOConfig
 
     config = recipe_config(args)
@@ -253,12 +268,20 @@ def run(args) -> dict:
         )  # fmt: skip
     packed_cfg = GRPOConfig.from_config(config)
     layouts = {"both": ("rows", "packed"), "none": ()}.get(args.layouts, (args.layouts,))
+    depth = get_size(args.size).n_layers
+    shallower = abstract_setup(args, config, args.layers - 1)[1] if args.layers > 1 else None
     for layout in layouts:
-        batch = costs.update_batch(prompt_len, reply_len, g, budget, layout)
         grpo_cfg = packed_cfg if layout == "packed" else _rows_config(config, g)
+        parts = costs.update_batch(prompt_len, reply_len, g, budget, layout, grpo_cfg.width_classes)
         row = costs.update_stage(
-            setup, grpo_cfg, n, batch, group=g, devices=devices, memory=not args.no_memory
+            setup, grpo_cfg, n, parts, group=g, devices=devices, memory=not args.no_memory
         )
+        if shallower is not None:  # the same update at layers - 1 blocks: the figures at depth
+            less = costs.flops_params(shallower.abstract_state.params, cfg)
+            one_less = costs.update_stage(
+                shallower, grpo_cfg, less, parts, group=g, devices=devices, memory=False
+            )
+            costs.at_depth(row, one_less, layers=args.layers, depth=depth)
         row["widths"] = layout
         rows.append(row)
     for row in rows:
@@ -283,6 +306,7 @@ def run(args) -> dict:
             "kl_beta": t.kl_beta,
             "remat": cfg.remat,
             "remat_policy": cfg.remat_policy,
+            "width_classes": t.width_classes,
             "prompt_lengths": list(p_range),
             "reply_lengths": list(r_range),
             "answer_max_new_tokens": a.answer_max_new_tokens,
@@ -311,11 +335,12 @@ def format_table(report: dict) -> str:
         "xla_GiB",
         "est_GiB",
         "est/xla",
+        "at_depth",
     )
     lines = [head, " ".join(f"{c:>11}" for c in cols)]
     for r in report["rows"]:
         shape = (
-            f"{r['prompt_width']}x{r['reply_width']}"
+            "+".join(f"{p}x{w}" for p, w in r["class_widths"])
             if r["stage"] == "update"
             else f"{r['prompt_width']}"
         )
@@ -332,6 +357,7 @@ def format_table(report: dict) -> str:
             f"{xla['peak'] / 2**30:.2f}" if xla else "-",
             f"{r['estimate_bytes'] / 2**30:.2f}",
             f"{r['estimate_over_xla']:.2f}" if r["estimate_over_xla"] else "-",
+            f"{r['compiled_over_real_at_depth']:.2f}" if "depth" in r else "-",
         )
         lines.append(" ".join(f"{c:>11}" for c in cells))
         if "reference_flops" in r:  # its own forward-only program, against 2N a real token
@@ -342,6 +368,8 @@ def format_table(report: dict) -> str:
                 f"{r['reference_flops']:.3g}",
                 f"{r['reference_real_flops']:.3g}",
                 f"{r['reference_over_real']:.2f}",
+                *["-"] * 5,
+                f"{r['reference_over_real_at_depth']:.2f}" if "depth" in r else "-",
             )
             lines.append(" ".join(f"{c:>11}" for c in ref))  # fmt: skip
     return "\n".join(lines)

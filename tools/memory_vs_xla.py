@@ -73,7 +73,7 @@ def xla_peak(case: Case) -> dict:
     setup, _ = state.create_train_state(m, cfg, optim, materialize=False)
     prompts = np.full(case.rows, case.prompt)
     replies = np.full(case.rows, case.response)
-    batch = costs.update_batch(prompts, replies, 1, case.response, "bucketed")
+    (batch,) = costs.update_batch(prompts, replies, 1, case.response, "bucketed")
     grpo = GRPOConfig(clip_eps=0.2, kl_beta=0.001, kl_estimator="k3", temperature=1.0,
                       n_micro=case.n_micro, pack_group=1, dual_clip=3.0)  # fmt: skip
     step = steps.make_grpo_step(setup, grpo)

@@ -187,10 +187,13 @@ def _pow2(n: int) -> int:
 # -- update ------------------------------------------------------------------------------------
 
 
-def update_batch(prompt_len, reply_len, group: int, budget: int, layout: str) -> dict:
-    """The step's GRPO batch (host arrays) as the loop feeds the update: `rows` (every sample a
-    row, `batches.rollout_rows`' bucketed widths) or `packed` (then one row a group,
-    `batches.pack_step_groups`), with a `ref_logp` of the loss's shape (the reference
+def update_batch(
+    prompt_len, reply_len, group: int, budget: int, layout: str, classes: int = 1
+) -> tuple[dict, ...]:
+    """The step's GRPO batch (host arrays) as the loop feeds the update, as a tuple of its
+    width classes: `rows` (every sample a row, `batches.rollout_rows`' bucketed widths; one
+    class) or `packed` (then one row a group in `classes` width classes,
+    `batches.pack_step_classes`), each with a `ref_logp` of the loss's shape (the reference
     program's output)."""
     from memr1.env.policy import Completion
     from memr1.train import batches
@@ -210,11 +213,12 @@ def update_batch(prompt_len, reply_len, group: int, budget: int, layout: str) ->
         groups, rewards, {}, response_width=budget, pad_id=0, group=group
     )
     fields = ("tokens", "valid", "prompt_mask", "response_mask", "advantages", "old_logp")
-    out = {k: batch[k] for k in fields}
+    parts = ({k: batch[k] for k in fields},)
     if layout == "packed":
-        out = batches.pack_step_groups(out, group)
-    out["ref_logp"] = np.zeros(out["old_logp"].shape, np.float32)
-    return out
+        parts = batches.pack_step_classes(parts[0], group, classes)
+    for part in parts:
+        part["ref_logp"] = np.zeros(part["old_logp"].shape, np.float32)
+    return parts
 
 
 def abstract_batch(setup, batch: dict, rows: int) -> dict:
@@ -231,7 +235,7 @@ def abstract_batch(setup, batch: dict, rows: int) -> dict:
 
 def update_counts(batch: dict, group: int) -> dict:
     """Real tokens (a group's prompt once), reply tokens, positions run by the blocks and by
-    the head, and the widths, of a `rows` or `packed` batch."""
+    the head, and the widths, of a `rows` or `packed` batch (one width class)."""
     valid = batch["valid"]
     rows, width = valid.shape
     if "segments" in batch:  # packed: the head runs on the reply columns only
@@ -245,6 +249,17 @@ def update_counts(batch: dict, group: int) -> dict:
     return dict(real_tokens=int(valid[::group, :p].sum()) + replies, reply_tokens=replies,
                 positions=rows * width, head_positions=rows * width, prompt_width=p,
                 reply_width=width - p)  # fmt: skip
+
+
+def parts_counts(parts, group: int) -> dict:
+    """`update_counts` summed over a batch's width classes; the widths are the widest class's
+    (what the peak of memory follows), `class_widths` every class's [prompt, reply]."""
+    counts = [update_counts(part, group) for part in parts]
+    out = {k: sum(c[k] for c in counts) for k in counts[0] if not k.endswith("_width")}
+    widest = max(counts, key=lambda c: c["prompt_width"] + c["reply_width"])
+    out.update(prompt_width=widest["prompt_width"], reply_width=widest["reply_width"])
+    out["class_widths"] = [[c["prompt_width"], c["reply_width"]] for c in counts]
+    return out
 
 
 def unrolled(setup):
@@ -262,10 +277,28 @@ def unrolled(setup):
     return dataclasses.replace(setup, model_cfg=cfg, graphdef=graphdef)
 
 
-def update_stage(setup, grpo_cfg, n, batch, *, group, devices, memory: bool) -> dict:
-    """The update's micro-batch program (x n_micro), the reference's forward-only program (both
-    unrolled, for their FLOPs), and (with `memory`) XLA's plan of the whole step as `setup`
-    compiles it; `grpo_cfg` packed or not as `batch` is."""
+def _micro_flops(setup, grpo_cfg, part, per: int, ref) -> tuple[float, float]:
+    """(update, reference) FLOPs of one micro-batch program of a width class (log-probs in one
+    chunk: a scan's body would be counted once)."""
+    from memr1.train import steps
+
+    rows = part["tokens"].shape[0] // per
+    one = dataclasses.replace(
+        grpo_cfg, n_micro=1, width_classes=1, logprob_chunk=part["old_logp"].shape[1]
+    )
+    step = steps.make_grpo_step(setup, one)
+    mb = step.lower(setup.abstract_state, abstract_batch(setup, part, rows)).compile()
+    fields = {k: part[k] for k in one.logprob_fields()}
+    ref_fn = steps.make_grpo_reference(setup, one)
+    rmb = ref_fn.lower(ref, abstract_batch(setup, fields, rows)).compile()
+    return flops_of(mb), flops_of(rmb)
+
+
+def update_stage(setup, grpo_cfg, n, parts, *, group, devices, memory: bool) -> dict:
+    """The update's micro-batch program of each width class (x its n_micro / K), the
+    reference's forward-only program (both unrolled, for their FLOPs), and (with `memory`)
+    XLA's plan of the whole step as `setup` compiles it; `grpo_cfg` packed or not as `parts`
+    (`update_batch`'s) are."""
     import jax
 
     from memr1.train import steps
@@ -275,23 +308,22 @@ def update_stage(setup, grpo_cfg, n, batch, *, group, devices, memory: bool) -> 
         lambda x: jax.ShapeDtypeStruct(x.shape, setup.model_cfg.jnp_dtype, sharding=x.sharding),
         setup.abstract_state.params,
     )
-    rows = batch["tokens"].shape[0]
-    micro_rows = rows // grpo_cfg.n_micro
-    one = dataclasses.replace(grpo_cfg, n_micro=1, logprob_chunk=batch["old_logp"].shape[1])
-    step = steps.make_grpo_step(setup, one)
-    mb = step.lower(setup.abstract_state, abstract_batch(setup, batch, micro_rows)).compile()
-    compiled = grpo_cfg.n_micro * flops_of(mb)
-    c = update_counts(batch, group)
+    per = grpo_cfg.n_micro // len(parts)
+    flops = [_micro_flops(setup, grpo_cfg, part, per, ref) for part in parts]
+    compiled = per * sum(f[0] for f in flops)
+    c = parts_counts(parts, group)
     # 6 N_blocks a token (a group's prompt once), 6 N_head a reply token's logits.
     real = (6.0 * n[0] * c["real_tokens"] + 6.0 * n[1] * c["reply_tokens"]) / devices
     dense = (6.0 * n[0] * c["positions"] + 6.0 * n[1] * c["head_positions"]) / devices
+    valid = sum(int(p["valid"].sum()) for p in parts)
     out = {
         "stage": "update",
-        "rows": rows,
+        "rows": sum(p["tokens"].shape[0] for p in parts),
         **c,
         "n_micro": grpo_cfg.n_micro,
-        "pad_frac": 1.0 - float(batch["valid"].mean()),
-        "micro_batch_flops": flops_of(mb),
+        "width_classes": len(parts),
+        "pad_frac": 1.0 - valid / sum(p["valid"].size for p in parts),
+        "micro_batch_flops": [f[0] for f in flops],
         "compiled_flops": compiled,
         "real_flops": real,
         "compiled_over_real": compiled / real,
@@ -300,18 +332,44 @@ def update_stage(setup, grpo_cfg, n, batch, *, group, devices, memory: bool) -> 
         "xla_memory": None,
     }
     # The KL reference's forward-only program, once per rollout: against 2N a real token.
-    fields = {k: batch[k] for k in one.logprob_fields()}
-    ref_fn = steps.make_grpo_reference(setup, one)
-    rmb = ref_fn.lower(ref, abstract_batch(setup, fields, micro_rows)).compile()
-    out["reference_flops"] = grpo_cfg.n_micro * flops_of(rmb)
+    out["reference_flops"] = per * sum(f[1] for f in flops)
     out["reference_real_flops"] = real / 3.0
     out["reference_over_real"] = out["reference_flops"] / out["reference_real_flops"]
     if memory:
         full = steps.make_grpo_step(full_setup, grpo_cfg)
+        abstract = tuple(abstract_batch(setup, p, p["tokens"].shape[0]) for p in parts)
         out["xla_memory"] = xla_memory(
-            full.lower(full_setup.abstract_state, abstract_batch(setup, batch, rows)).compile()
+            full.lower(
+                full_setup.abstract_state, abstract if len(parts) > 1 else abstract[0]
+            ).compile()
         )
     return out
+
+
+def at_depth(row: dict, shallower: dict, *, layers: int, depth: int) -> None:
+    """Adds to an update `row` (compiled at `layers` blocks) its figures at the backbone's
+    `depth`, from the same update compiled at `layers` - 1 blocks (`shallower`). Every block is
+    the same program, so compiled FLOPs are linear in the blocks and a block costs the
+    difference; so are the real FLOPs (6 N_block a real token a block) and the positions'.
+    At a few blocks the head (N_head 0.54B at 7B, a block 0.23B) weighs as much as the blocks
+    and its log-prob recompute (the chunk is rematerialised) with it; at the real depth not."""
+    extra = depth - layers
+
+    def grow(key: str) -> float:
+        return row[key] + extra * (row[key] - shallower[key])
+
+    dense = {k: r["compiled_flops"] / r["compiled_over_positions"] for k, r in
+             (("row", row), ("shallower", shallower))}  # fmt: skip
+    compiled, real = grow("compiled_flops"), grow("real_flops")
+    positions = dense["row"] + extra * (dense["row"] - dense["shallower"])
+    row.update(
+        depth=depth,
+        compiled_flops_at_depth=compiled,
+        real_flops_at_depth=real,
+        compiled_over_real_at_depth=compiled / real,
+        compiled_over_positions_at_depth=compiled / positions,
+        reference_over_real_at_depth=grow("reference_flops") / grow("reference_real_flops"),
+    )
 
 
 # -- the report --------------------------------------------------------------------------------

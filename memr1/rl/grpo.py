@@ -82,6 +82,9 @@ class GRPOConfig:
     (`memr1.rl.packing`): each group's prompt runs once and no reply is padded to another's
     length; 1: every sample is a row of its own. The widths are the batch's own
     (`memr1.train.batches.rollout_rows`, `memr1.train.loop.make_rl_update`), not a constant.
+    `width_classes` K > 1 (packed only): the groups of a step are sorted by length into K
+    classes of equal count, each packed at its own width and run as `n_micro` / K of the
+    update's micro-batches (`memr1.train.batches.pack_step_classes`); the loss is unchanged.
     Packed rows support token_mean aggregation only (seq_mean_token_mean would need the
     per-reply sums of a segment: refused by name).
     """
@@ -93,6 +96,7 @@ class GRPOConfig:
     n_micro: int
     pack_group: int
     dual_clip: float  # bound the loss for A < 0 at c·|A| (verl: c = 3, always on); 0 = off
+    width_classes: int = 1  # packed groups in this many width classes (batches.pack_step_classes)
     clip_eps_high: float | None = None  # DAPO's asymmetric upper clip; None = clip_eps
     aggregation: str = "token_mean"  # or "seq_mean_token_mean" (row layout only)
     logprob_chunk: int = 128
@@ -100,6 +104,14 @@ class GRPOConfig:
     def __post_init__(self):
         check_kl_and_temperature("GRPO", self.kl_estimator, self.temperature)
         check_dual_clip("GRPO", self.dual_clip)
+        k = self.width_classes
+        if k < 1 or (k > 1 and not self.packed) or self.n_micro % k:
+            raise ValueError(
+                f"GRPO width_classes={k} (train.width_classes): needs >= 1, packed groups "
+                f"(train.shared_prompt; pack_group={self.pack_group}) when > 1, and to divide "
+                f"the update's n_micro={self.n_micro} (train.n_micro / train.micro_rows): each "
+                "class is its own micro-batches"
+            )
         if self.pack_group > 1 and self.aggregation != "token_mean":
             raise ValueError(
                 f"GRPO aggregation={self.aggregation!r} on packed rows (train.shared_prompt, "
@@ -118,11 +130,17 @@ class GRPOConfig:
             n_micro=t.n_micro,
             pack_group=t.group_size if t.shared_prompt else 1,
             dual_clip=t.dual_clip,
+            width_classes=t.width_classes,
         )
 
     @property
     def packed(self) -> bool:
         return self.pack_group > 1
+
+    @property
+    def classes(self) -> tuple[int, int]:
+        """(group, width classes): how `batches.pack_step_classes` packs the update's rows."""
+        return self.pack_group, self.width_classes
 
     def required_fields(self) -> tuple[str, ...]:
         """The batch fields the update reads (`ref_logp` only with β > 0)."""
@@ -194,42 +212,53 @@ def policy_metrics(
     return out
 
 
-def response_metrics(mask_BT: jax.Array, reply_segment=None, group: int = 1) -> dict:
-    """Mean and longest reply length; on packed rows, per reply (`reply_segment`, 1..G)."""
-    if reply_segment is None:
-        lengths = mask_BT.astype(jnp.float32).sum(-1)
+def response_metrics(masks, reply_segments=None, group: int = 1) -> dict:
+    """Mean and longest reply length over a batch's parts (`masks`: one [rows, T] mask or a
+    list, one a width class); on packed rows, per reply (`reply_segments`, 1..G)."""
+    masks = masks if isinstance(masks, list | tuple) else [masks]
+    if reply_segments is None:
+        lengths = [m.astype(jnp.float32).sum(-1) for m in masks]
     else:
-        one_hot = reply_segment[..., None] == jnp.arange(1, group + 1)
-        lengths = (one_hot & mask_BT[..., None]).astype(jnp.float32).sum(1)
+        segs = reply_segments if isinstance(reply_segments, list | tuple) else [reply_segments]
+        lengths = []
+        for mask_BT, seg in zip(masks, segs, strict=True):
+            one_hot = seg[..., None] == jnp.arange(1, group + 1)
+            lengths.append((one_hot & mask_BT[..., None]).astype(jnp.float32).sum(1).reshape(-1))
+    lengths = jnp.concatenate(lengths)
     return {"response_length": lengths.mean(), "response_length_max": lengths.max()}
 
 
-def pad_frac(valid_BT: jax.Array) -> jax.Array:
-    """The share of the update's token positions that are padding (packed rows: of the packed
-    positions, each group's prompt once)."""
-    return 1.0 - valid_BT.astype(jnp.float32).mean()
+def pad_frac(valids) -> jax.Array:
+    """The share of the update's token positions that are padding, over every part (`valids`:
+    one [rows, T] mask or a list; packed rows: of the packed positions, each group's prompt
+    once)."""
+    valids = valids if isinstance(valids, list | tuple) else [valids]
+    real = sum(v.astype(jnp.float32).sum() for v in valids)
+    return 1.0 - real / sum(v.size for v in valids)
 
 
 def grpo_loss(graphdef: Any, cfg: GRPOConfig) -> Callable:
-    """GRPO's `loss_factory(batch, frozen) -> (loss_fn, batch_metrics)` for
+    """GRPO's `loss_factory(parts, frozen) -> (loss_fn, batch_metrics)` for
     `memr1.train.update.make_step` (built into the jitted step by `memr1.train.steps`).
 
     `loss_fn(diff, mb)` is the clipped surrogate on per-sequence advantages plus β·KL to the
-    reference, normalised over the whole batch's response tokens so that micro-batches sum to it.
+    reference, normalised over the whole batch's response tokens (every width class's, `parts`)
+    so that micro-batches sum to it.
     Metrics: pg_loss, kl (β > 0), clip_frac, dual_clip_frac, ratio_mean, approx_kl, entropy,
     logprob_gap / logprob_gap_abs (with sampler_logp), response_length(_max), n_tokens, pad_frac
     (the share of the update's positions that are padding).
     """
 
-    def loss_factory(batch, frozen):
-        if cfg.kl_beta != 0.0 and "ref_logp" not in batch:
-            raise ValueError(
-                f"GRPO with kl_beta={cfg.kl_beta} (train.kl_beta) needs the batch field "
-                f"'ref_logp' (steps.make_grpo_reference); the batch has {sorted(batch)}"
-            )
-        mask = cfg.loss_mask(batch)
-        n_tokens = mask.astype(jnp.float32).sum()
-        n_seqs = jnp.asarray(cfg.replies(batch), jnp.float32)
+    def loss_factory(parts, frozen):
+        for batch in parts:
+            if cfg.kl_beta != 0.0 and "ref_logp" not in batch:
+                raise ValueError(
+                    f"GRPO with kl_beta={cfg.kl_beta} (train.kl_beta) needs the batch field "
+                    f"'ref_logp' (steps.make_grpo_reference); the batch has {sorted(batch)}"
+                )
+        masks = [cfg.loss_mask(b) for b in parts]
+        n_tokens = sum(m.astype(jnp.float32).sum() for m in masks)
+        n_seqs = jnp.asarray(sum(cfg.replies(b) for b in parts), jnp.float32)
 
         def loss_fn(diff, mb):
             params = merge_params(diff[0], frozen)
@@ -262,8 +291,10 @@ def grpo_loss(graphdef: Any, cfg: GRPOConfig) -> Callable:
             metrics.update(kl_metrics, pg_loss=pg)
             return pg + kl_loss, metrics
 
-        lengths = response_metrics(mask, batch.get("reply_segment"), cfg.pack_group)
-        return loss_fn, {"n_tokens": n_tokens, "pad_frac": pad_frac(batch["valid"]), **lengths}
+        segments = [b["reply_segment"] for b in parts] if cfg.packed else None
+        lengths = response_metrics(masks, segments, cfg.pack_group)
+        padding = pad_frac([b["valid"] for b in parts])
+        return loss_fn, {"n_tokens": n_tokens, "pad_frac": padding, **lengths}
 
     return loss_factory
 

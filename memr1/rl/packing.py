@@ -69,9 +69,20 @@ def _parts(batch, group: int):
     return out
 
 
-def _needs(parts) -> tuple[int, int]:
+def _group_needs(parts) -> np.ndarray:
     totals = [sum(len(c) for c in replies) for _, replies in parts]
-    return max(len(p) + t for (p, _), t in zip(parts, totals, strict=True)), max(max(totals), 1)
+    return np.asarray([(len(p) + t, t) for (p, _), t in zip(parts, totals, strict=True)], np.int64)
+
+
+def _needs(parts) -> tuple[int, int]:
+    needs = _group_needs(parts)
+    return int(needs[:, 0].max()), max(int(needs[:, 1].max()), 1)
+
+
+def group_needs(batch, group: int) -> np.ndarray:
+    """[groups, 2]: the columns and the reply columns each group of a row-layout batch needs
+    packed (its prompt once and its replies), in the batch's order."""
+    return _group_needs(_parts(batch, group))
 
 
 def packed_needs(batch, group: int) -> tuple[int, int]:
@@ -79,12 +90,17 @@ def packed_needs(batch, group: int) -> tuple[int, int]:
     return _needs(_parts(batch, group))
 
 
-def pack_groups(batch, group: int, width: int, reply_width: int) -> dict[str, np.ndarray]:
+def pack_groups(
+    batch, group: int, width: int, reply_width: int, groups=None
+) -> dict[str, np.ndarray]:
     """The packed batch (see the module docstring) of a row-layout GRPO batch whose rows come
     in groups of `group` samples of one prompt, at `width` columns and `reply_width` reply
-    columns a row (at least `packed_needs`; the caller buckets them, common to all processes)."""
+    columns a row (at least `packed_needs`; the caller buckets them, common to all processes).
+    `groups` (indices, default all) packs those groups only, one row each in that order."""
     parts = _parts(batch, group)
-    need, reply_need = _needs(parts)
+    order = range(len(parts)) if groups is None else [int(n) for n in groups]
+    parts = [(n, *parts[n]) for n in order]
+    need, reply_need = _needs([part[1:] for part in parts])
     if need > width or reply_need > reply_width:
         raise ValueError(
             f"pack_groups: the longest group needs {need} columns ({reply_need} of replies), "
@@ -104,12 +120,12 @@ def pack_groups(batch, group: int, width: int, reply_width: int) -> dict[str, np
     per_token = [k for k in _PER_TOKEN if k in batch]
     for k in per_token:
         out[k] = np.zeros((n, reply_width), np.float32)
-    for i, (prompt, replies) in enumerate(parts):
+    for i, (source, prompt, replies) in enumerate(parts):
         p = len(prompt)
         out["tokens"][i, :p], out["segments"][i, :p], out["positions"][i, :p] = prompt, 0, range(p)
         col, rc = p, 0  # the next packed column and reply column
         for j, cols in enumerate(replies):
-            row, r = i * group + j, len(cols)
+            row, r = source * group + j, len(cols)
             span, rspan = slice(col, col + r), slice(rc, rc + r)
             out["tokens"][i, span] = batch["tokens"][row, cols]
             out["segments"][i, span] = j + 1

@@ -154,20 +154,21 @@ def with_advantages(
 
 
 def ppo_loss(graphdef: Any, critic_graphdef: Any, cfg: PPOConfig) -> Callable:
-    """PPO's `loss_factory(batch, frozen)` for `memr1.train.update.make_step`:
+    """PPO's `loss_factory(parts, frozen)` for `memr1.train.update.make_step`:
     the clipped surrogate on per-token advantages, optional β·KL to a reference, and the
     clipped value loss (the critic's parameters are the second differentiated part).
     Metrics: those of GRPO (pad_frac over whole rows) plus value_loss and vf_clip_frac."""
 
-    def loss_factory(batch, frozen):
-        if cfg.kl_beta != 0.0 and "ref_logp" not in batch:
-            raise ValueError(
-                f"PPO with kl_beta={cfg.kl_beta} (train.kl_beta) needs the batch field "
-                f"'ref_logp' (steps.make_ppo_prepare fixes it); the batch has {sorted(batch)}"
-            )
-        mask = batch["response_mask"] & batch["valid"]
-        n_tokens = mask.astype(jnp.float32).sum()
-        n_seqs = jnp.asarray(mask.shape[0], jnp.float32)
+    def loss_factory(parts, frozen):
+        for batch in parts:
+            if cfg.kl_beta != 0.0 and "ref_logp" not in batch:
+                raise ValueError(
+                    f"PPO with kl_beta={cfg.kl_beta} (train.kl_beta) needs the batch field "
+                    f"'ref_logp' (steps.make_ppo_prepare fixes it); the batch has {sorted(batch)}"
+                )
+        masks = [b["response_mask"] & b["valid"] for b in parts]
+        n_tokens = sum(m.astype(jnp.float32).sum() for m in masks)
+        n_seqs = jnp.asarray(sum(m.shape[0] for m in masks), jnp.float32)
 
         def loss_fn(diff, mb):
             params = merge_params(diff[0], frozen)
@@ -213,7 +214,7 @@ def ppo_loss(graphdef: Any, critic_graphdef: Any, cfg: PPOConfig) -> Callable:
             metrics["vf_clip_frac"] = v_metrics["vf_clip_frac"] * share
             return pg + kl_loss + cfg.vf_coef * v_loss, metrics
 
-        padding = pad_frac(batch["valid"])
-        return loss_fn, {"n_tokens": n_tokens, "pad_frac": padding, **response_metrics(mask)}
+        padding = pad_frac([b["valid"] for b in parts])
+        return loss_fn, {"n_tokens": n_tokens, "pad_frac": padding, **response_metrics(masks)}
 
     return loss_factory

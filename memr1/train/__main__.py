@@ -95,6 +95,11 @@ def check_settings(config, *, sft_data, tuples, val_tuples=None, val_sft_data=No
             f"config train.drop_zero_signal=True is a GRPO option (algo={config.algo}: its "
             "advantages do not vanish with the group's reward spread)"
         )
+    if t.width_classes != 1 and config.algo != "grpo":
+        raise ValueError(
+            f"config train.width_classes={t.width_classes!r} is a GRPO option (algo="
+            f"{config.algo}: its rows are not packed in groups)"
+        )
     if t.oversample != 1 and config.algo != "grpo":
         raise ValueError(
             f"config train.oversample={t.oversample!r} is a GRPO option (algo={config.algo})"

@@ -6,7 +6,8 @@ response on any process, not the rollout's budget: Answer Agent replies of ~50â€
 a 2,048-token budget would otherwise make most of the update's positions padding. They come from
 `width_bucket`'s ladder (four widths an octave), so the jitted step compiles a bounded handful of
 programs over a run, not one per batch. The GRPO update packs these rows one group a row
-(`pack_step_groups`, `memr1.rl.packing`) when `train.shared_prompt` is on.
+(`pack_step_classes`, `memr1.rl.packing`) when `train.shared_prompt` is on, in
+`train.width_classes` classes of groups of similar lengths, each at its own width.
 """
 
 from __future__ import annotations
@@ -155,13 +156,42 @@ def rollout_rows(
 
 
 def pack_step_groups(batch: dict[str, np.ndarray], group: int) -> dict[str, np.ndarray]:
-    """This process's rows of a GRPO step packed one group a row (`memr1.rl.packing`), at the
-    `width_bucket` of the step's longest packed group and of its longest run of replies on any
-    process, so that every process's rows have one shape and few programs are compiled."""
-    mine = list(packing.packed_needs(batch, group))
-    need, reply_need = np.max(np.asarray(multihost.gather(mine)), axis=0).tolist()
-    width = width_bucket(need)
-    return packing.pack_groups(batch, group, width, min(width_bucket(reply_need), width))
+    """This process's rows of a GRPO step packed one group a row, every group at the step's
+    one width: `pack_step_classes` with one class."""
+    return pack_step_classes(batch, group, 1)[0]
+
+
+def pack_step_classes(
+    batch: dict[str, np.ndarray], group: int, classes: int
+) -> tuple[dict[str, np.ndarray], ...]:
+    """This process's rows of a GRPO step packed one group a row (`memr1.rl.packing`), in
+    `classes` width classes (`train.width_classes`): the groups sorted by the columns they need
+    and cut into `classes` runs of equal count, each packed at the `width_bucket` of its own
+    longest group and of its own longest run of replies on any process. Every process's class k
+    then has one shape, and a step's padding follows its groups' spread of lengths instead of
+    padding every group to the step's longest: the update (`memr1.train.update.make_step`)
+    runs each class's micro-batches at that class's width, in one program.
+
+    The classes hold whole groups, so the advantages, the loss and its normalisation (over every
+    class's tokens) are those of one class; only the order of the groups changes.
+    """
+    needs = packing.group_needs(batch, group)
+    n = len(needs)
+    if classes < 1 or n % classes:
+        raise ValueError(
+            f"train.width_classes={classes}: this process's {n} groups do not split into "
+            f"{classes} classes of equal count"
+        )
+    order = np.argsort(needs[:, 0], kind="stable").reshape(classes, n // classes)
+    mine = [[int(needs[c, 0].max()), max(int(needs[c, 1].max()), 1)] for c in order]
+    widest = np.max(np.asarray(multihost.gather(mine)), axis=0).tolist()
+    out = []
+    for c, (need, reply_need) in zip(order, widest, strict=True):
+        width = width_bucket(need)
+        out.append(
+            packing.pack_groups(batch, group, width, min(width_bucket(reply_need), width), c)
+        )
+    return tuple(out)
 
 
 def update_tokens(batch: dict[str, np.ndarray], cfg) -> int:

@@ -210,10 +210,9 @@ _SHOWN = ("loss", "reward", "kl", "zero_signal_frac")
 def bucket_length(need: int, length: int, n_buckets: int = 4) -> int:
     """The shortest of ``n_buckets`` padded lengths (multiples of 16 up to ``length``) >= need.
 
-    SFT rows vary in length; padding every batch to the longest row of the data set spends most
-    of a step on padding. A few fixed buckets keep the number of compiled programs small (one per
-    bucket) while a batch of short rows runs at its own size. Rows longer than ``length`` get
-    ``length`` (``sft_batch`` then names the row that does not fit).
+    Padding every SFT batch to the data set's longest row spends most of a step on padding; a
+    few fixed buckets keep the compiled programs few (one a bucket) while a batch of short rows
+    runs at its own size. Rows longer than ``length`` get ``length`` (``sft_batch`` names it).
     """
     for k in range(1, n_buckets + 1):
         size = min(length, -(-length * k // n_buckets // 16) * 16)
@@ -295,13 +294,14 @@ def make_rl_update(
         fields = grpo.FIELDS + ("prompt_mask", "old_logp", "sampler_logp")
 
         def grpo_update(s, b):
-            b = {k: b[k] for k in fields if k in b}
-            if grpo_cfg.packed:  # one row a group, at widths common to every process
-                b = batches.pack_step_groups(b, grpo_cfg.pack_group)
-            batch = shard_batch(setup, b)
+            parts = ({k: b[k] for k in fields if k in b},)
+            if grpo_cfg.packed:  # one row a group, in width classes common to every process
+                parts = batches.pack_step_classes(parts[0], *grpo_cfg.classes)
+            parts = tuple(shard_batch(setup, part) for part in parts)
             if reference:  # the reference's forward pass, once per rollout
-                batch["ref_logp"] = reference(ref_params, batch)
-            return step(s, batch)
+                for part, ref_logp in zip(parts, reference(ref_params, parts), strict=True):
+                    part["ref_logp"] = ref_logp
+            return step(s, parts if len(parts) > 1 else parts[0])
 
         return grpo_update
     if algo == "ppo":

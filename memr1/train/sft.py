@@ -55,8 +55,8 @@ def make_sft_step(
     fault drills (both: `update.make_step`).
     """
 
-    def loss_factory(batch, frozen):
-        n_tokens = batch["loss_mask"].astype(jnp.float32).sum()
+    def loss_factory(parts, frozen):
+        n_tokens = sum(p["loss_mask"].astype(jnp.float32).sum() for p in parts)
 
         def loss_fn(diff, mb):
             params = merge_params(diff[0], frozen)

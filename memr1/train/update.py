@@ -7,6 +7,11 @@ token-mean loss. Rows are assigned to micro-batches by interleaving (micro-batch
 m, m + M, m + 2M, ...): every device's contiguous slice of the batch then contributes equally to
 every micro-batch, and the split needs no communication.
 
+Width classes: a step's batch may come in K parts of their own widths (GRPO's packed groups
+sorted by length, `memr1.train.batches.pack_step_classes`), each split into M / K micro-batches
+and scanned in turn inside the one program, with the loss normalised over every part's tokens:
+the gradient is the one-width batch's, without padding every group to the step's longest.
+
 `make_step` is the one skeleton of every update (SFT, GRPO, PPO): they differ only in their loss
 functions. The NaN/inf guard: if the loss or the gradient norm is not finite, the new parameters and
 optimiser state are replaced by the old ones with `jnp.where` (so a poisoned step leaves the
@@ -47,6 +52,21 @@ def batch_sharding(setup: TrainSetup) -> NamedSharding:
     return NamedSharding(setup.mesh, logical_to_spec(("batch",), setup.rules))
 
 
+def as_parts(batch: Batch | tuple[Batch, ...]) -> tuple[Batch, ...]:
+    """A step's batch as its width classes: one dict, or a tuple of dicts of their own widths."""
+    return tuple(batch) if isinstance(batch, tuple | list) else (batch,)
+
+
+def part_micro(n_micro: int, parts: tuple[Batch, ...], name: str) -> int:
+    """The micro-batches of each of a batch's parts: the step's `n_micro` shared equally."""
+    if not parts or n_micro % len(parts):
+        raise ValueError(
+            f"{name} step of {n_micro} micro-batches (train.n_micro / train.micro_rows) cannot "
+            f"split them equally over {len(parts)} width classes (train.width_classes)"
+        )
+    return n_micro // len(parts)
+
+
 def check_batch(
     batch: Batch, required: tuple[str, ...], n_micro: int, row_divisor: int, name: str
 ) -> int:
@@ -65,6 +85,19 @@ def check_batch(
             f"{n_micro * row_divisor})"
         )
     return b
+
+
+def micro_parts(
+    parts: tuple[Batch, ...], required: tuple[str, ...], n_micro: int, divisor: int, name: str
+) -> tuple[dict[str, jax.Array], ...]:
+    """Each part checked and split into its micro-batches (`to_micro`), [M / K, rows, ...]."""
+    per = part_micro(n_micro, parts, name)
+    out = []
+    for k, part in enumerate(parts):
+        label = name if len(parts) == 1 else f"{name} (width class {k})"
+        check_batch(part, required, per, divisor, label)
+        out.append(to_micro({f: part[f] for f in part}, per))
+    return tuple(out)
 
 
 def shard_batch(setup: TrainSetup, batch: Mapping[str, Any]) -> dict[str, jax.Array]:
@@ -113,9 +146,10 @@ def accumulate(
     setup: TrainSetup,
     loss_fn: Callable[[Any, Batch], tuple[jax.Array, dict[str, jax.Array]]],
     diff_params: Any,
-    micro: Batch,
+    micro: Batch | tuple[Batch, ...],
 ) -> tuple[jax.Array, Any, dict[str, jax.Array]]:
-    """Sums (loss, grads, metrics) of `loss_fn` over the leading micro-batch axis with a scan.
+    """Sums (loss, grads, metrics) of `loss_fn` over the leading micro-batch axis with a scan,
+    one scan a part when `micro` is a tuple of parts of their own widths.
 
     `loss_fn` must already normalise by global counts, so the sums are the full-batch values.
     Gradients are accumulated in float32 whatever the parameter dtype, in a buffer sharded like
@@ -128,14 +162,18 @@ def accumulate(
         grads_acc = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), grads_acc, grads)
         return grads_acc, (loss, metrics)
 
-    zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), diff_params)
-    zeros = jax.lax.with_sharding_constraint(
-        zeros, tree_shardings(setup.mesh, diff_params, setup.rules)
+    grads = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), diff_params)
+    grads = jax.lax.with_sharding_constraint(
+        grads, tree_shardings(setup.mesh, diff_params, setup.rules)
     )
     # Per-micro-batch losses and metrics are scalars: stacking them costs nothing, and their
-    # sums over the micro axis are the full-batch values.
-    grads, (loss_M, metrics_M) = jax.lax.scan(body, zeros, micro)
-    loss, metrics = loss_M.sum(), jax.tree.map(lambda m: m.sum(0), metrics_M)
+    # sums over the micro axis (and the parts) are the full-batch values.
+    loss, metrics = jnp.zeros((), jnp.float32), None
+    for part in as_parts(micro):
+        grads, (loss_M, metrics_M) = jax.lax.scan(body, grads, part)
+        sums = jax.tree.map(lambda m: m.sum(0), metrics_M)
+        loss = loss + loss_M.sum()
+        metrics = sums if metrics is None else jax.tree.map(jnp.add, metrics, sums)
     grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, diff_params)
     return loss, grads, metrics
 
@@ -150,8 +188,11 @@ def guarded_update(
     return jax.tree.map(keep, new_params, params), jax.tree.map(keep, new_opt_state, opt_state)
 
 
+# `(parts, frozen) -> (loss_fn, batch_metrics)`: `parts` is the step's batch as a tuple of its
+# width classes (`as_parts`; one dict for most steps), whose counts normalise the loss.
 LossFactory = Callable[
-    [Batch, Any], tuple[Callable[[Any, Batch], tuple[jax.Array, dict]], dict[str, jax.Array]]
+    [tuple[Batch, ...], Any],
+    tuple[Callable[[Any, Batch], tuple[jax.Array, dict]], dict[str, jax.Array]],
 ]
 
 
@@ -184,16 +225,18 @@ def make_step(
     grads_only: bool = False,
     before_guard: BeforeGuard | None = None,
 ) -> Callable[..., tuple]:
-    """The jitted, donating update `step(state, batch) -> (state, metrics)`.
+    """The jitted, donating update `step(state, batch) -> (state, metrics)`; `batch` is one
+    dict or a tuple of width classes (see the module docstring), `n_micro` shared among them.
 
     The update program runs the policy (and critic) only: a KL reference's log-probs come in
     the batch (`ref_logp`), computed once per rollout by a forward-only program
     (`make_logprob_fn`), not on every micro-batch of every update.
 
     Args:
-      loss_factory: `(batch, frozen_params) -> (loss_fn, batch_metrics)`, where
-        `loss_fn(diff_params, micro_batch) -> (loss, metrics)` is normalised by global counts of
-        `batch` and `diff_params` is `(trainable,)` or `(trainable, critic_params)`.
+      loss_factory: `(parts, frozen_params) -> (loss_fn, batch_metrics)`, where `parts` is
+        `as_parts(batch)`, `loss_fn(diff_params, micro_batch) -> (loss, metrics)` is normalised
+        by global counts over every part and `diff_params` is `(trainable,)` or
+        `(trainable, critic_params)`.
       with_critic: the critic is trained by the same loss with its own optimiser.
       grads_only: instead build `(state, batch) -> (loss, grads, metrics)`, which
         updates nothing and donates nothing (gradient checks and diagnostics); grads is
@@ -204,13 +247,14 @@ def make_step(
         raise ValueError(f"the {name} step trains a critic but the train state has none")
     divisor = setup.mesh.shape["data"] * setup.mesh.shape["fsdp"]
 
-    def step(state: TrainState, batch: Batch):
+    def step(state: TrainState, batch: Batch | tuple[Batch, ...]):
         with use_mesh(setup.mesh, setup.rules):
-            check_batch(batch, required, n_micro, divisor, name)
+            parts = as_parts(batch)
+            micro = micro_parts(parts, required, n_micro, divisor, name)
             trainable, frozen = split_trainable(state.params, setup.trainable)
             diff = (trainable, state.critic_params) if with_critic else (trainable,)
-            loss_fn, metrics = loss_factory(batch, frozen)
-            loss, grads, micro_metrics = accumulate(setup, loss_fn, diff, to_micro(batch, n_micro))
+            loss_fn, metrics = loss_factory(parts, frozen)
+            loss, grads, micro_metrics = accumulate(setup, loss_fn, diff, micro)
             if before_guard is not None:
                 loss, grads = before_guard(loss, grads)
             if grads_only:
@@ -264,7 +308,8 @@ def make_logprob_fn(
     logprobs: LogprobFn | None = None,
     fields: tuple[str, ...] = ("tokens", "valid"),
 ) -> Callable[[Any, Batch], jax.Array]:
-    """A jitted `(params, batch) -> logp [B, ...]` over micro-batches, without gradients.
+    """A jitted `(params, batch) -> logp [B, ...]` over micro-batches, without gradients (a
+    tuple of width classes gives a tuple of their log-probs, `n_micro` shared among them).
 
     One forward-only program for every log-prob a step needs that is not the policy's own:
     the old policy's before several update epochs, the KL reference's once per rollout
@@ -282,14 +327,15 @@ def make_logprob_fn(
     def fn(params, batch):
         with use_mesh(setup.mesh, setup.rules):
             divisor = setup.mesh.shape["data"] * setup.mesh.shape["fsdp"]
-            check_batch(batch, fields, n_micro, divisor, "logprob")
-            micro = to_micro({k: batch[k] for k in fields}, n_micro)
+            parts = tuple({k: p[k] for k in fields} for p in as_parts(batch))
+            micro = micro_parts(parts, fields, n_micro, divisor, "logprob")
 
             def body(_, mb):
                 return None, logprobs(setup.graphdef, rebind(params), mb)
 
-            _, logp_M = jax.lax.scan(body, None, micro)
-            return from_micro(logp_M, n_micro)
+            per = part_micro(n_micro, parts, "logprob")
+            out = tuple(from_micro(jax.lax.scan(body, None, m)[1], per) for m in micro)
+            return out if isinstance(batch, tuple | list) else out[0]
 
     return jax.jit(
         fn,

@@ -109,6 +109,10 @@ CASES = [
     ("over_ppo", "runlocal,algo=ppo,stage=answer", {"train.oversample": 2},
      {"tuples": "t"}, "train.oversample=2 is a GRPO option"),
     ("over0", "runlocal,algo=sft", {"train.oversample": 0}, {}, "train.oversample=0"),
+    ("classes_ppo", "runlocal,algo=ppo,stage=answer", {"train.width_classes": 2},
+     {"tuples": "t"}, "train.width_classes=2 is a GRPO option"),
+    ("classes_micro", "runlocal,algo=grpo,stage=answer", {"train.width_classes": 2},
+     {"tuples": "t"}, "width_classes=2 (train.width_classes)"),
     ("bf16", "runlocal,algo=grpo,stage=answer", {"model.param_dtype": "bfloat16"},
      {"tuples": "t"}, "model.param_dtype='bfloat16'"),
 ]  # fmt: skip

@@ -49,7 +49,7 @@ def test_the_report_is_computed_from_the_compiled_programs(tmp_path):
     assert packed["rows"] == 2 and whole["rows"] == 16
     assert packed["compiled_flops"] < whole["compiled_flops"]
     assert packed["pad_frac"] < whole["pad_frac"]
-    batch = costs.update_batch(prompts, replies, 8, 48, "packed")
+    (batch,) = costs.update_batch(prompts, replies, 8, 48, "packed")
     assert batch["tokens"].shape[1] == packed["prompt_width"] + packed["reply_width"]
     real_tokens = int(prompts.sum() + replies.sum())  # a group's prompt once
     assert packed["real_tokens"] == whole["real_tokens"] == real_tokens
@@ -78,17 +78,58 @@ def test_the_report_is_computed_from_the_compiled_programs(tmp_path):
         materialize=False,
     )
     grpo_cfg = GRPOConfig.from_config(config)
-    assert grpo_cfg.packed
-    one = dataclasses.replace(grpo_cfg, n_micro=1, logprob_chunk=batch["old_logp"].shape[1])
-    rows_mb = 2 // grpo_cfg.n_micro
-    compiled = (
-        steps.make_grpo_step(setup, one)
-        .lower(setup.abstract_state, costs.abstract_batch(setup, batch, rows_mb))
-        .compile()
-    )
-    flops = float(compiled.cost_analysis()["flops"])
+    assert grpo_cfg.packed and grpo_cfg.width_classes == 2  # the recipe's: one group a class
+    flops = []
+    for part in costs.update_batch(prompts, replies, 8, 48, "packed", 2):
+        one = dataclasses.replace(
+            grpo_cfg, n_micro=1, width_classes=1, logprob_chunk=part["old_logp"].shape[1]
+        )
+        compiled = (
+            steps.make_grpo_step(setup, one)
+            .lower(setup.abstract_state, costs.abstract_batch(setup, part, 1))
+            .compile()
+        )
+        flops.append(float(compiled.cost_analysis()["flops"]))
     assert packed["micro_batch_flops"] == pytest.approx(flops)
-    assert packed["compiled_flops"] == pytest.approx(grpo_cfg.n_micro * flops)
+    per = grpo_cfg.n_micro // 2
+    assert packed["compiled_flops"] == pytest.approx(per * sum(flops))
+
+
+def test_the_figures_at_depth_are_those_of_the_deeper_program():
+    """`at_depth` from programs of 1 and 2 blocks gives what the 3-block program compiles to:
+    every block is the same program, so FLOPs are linear in the blocks."""
+    bench, costs = load_tool("bench_pod_step"), load_tool("pod_step_costs")
+    from memr1.rl.grpo import GRPOConfig
+
+    args = bench.parse_args(ARGS)
+    config = bench.recipe_config(args)
+    rng = np.random.default_rng(args.seed)
+    prompts = costs.draw_lengths(rng, 2, (20, 40))
+    replies = costs.draw_lengths(rng, 16, (5, 30), 48)
+    parts = costs.update_batch(prompts, replies, 8, 48, "packed", 2)
+    grpo_cfg = GRPOConfig.from_config(config)
+    rows = {}
+    for layers in (1, 2, 3):
+        cfg, setup = bench.abstract_setup(args, config, layers)
+        n = costs.flops_params(setup.abstract_state.params, cfg)
+        rows[layers] = costs.update_stage(
+            setup, grpo_cfg, n, parts, group=8, devices=1, memory=False
+        )
+    assert rows[3]["compiled_flops"] > rows[2]["compiled_flops"] > rows[1]["compiled_flops"]
+    costs.at_depth(rows[2], rows[1], layers=2, depth=3)
+    got, want = rows[2], rows[3]
+    assert got["compiled_flops_at_depth"] == pytest.approx(want["compiled_flops"], rel=1e-6)
+    assert got["real_flops_at_depth"] == pytest.approx(want["real_flops"], rel=1e-9)
+    for key in ("compiled_over_real", "compiled_over_positions", "reference_over_real"):
+        assert got[f"{key}_at_depth"] == pytest.approx(want[key], rel=1e-6), key
+    assert got["compiled_over_real_at_depth"] != pytest.approx(got["compiled_over_real"])
+    # The bench's own report at 2 blocks: the same figures at tiny's 4.
+    costs.at_depth(rows[2], rows[1], layers=2, depth=4)
+    argv = [*ARGS[:5], "2", *ARGS[6:], "--layouts", "packed", "--no-sampler", "--no-memory"]
+    (row,) = bench.run(bench.parse_args(argv))["rows"]
+    assert row["depth"] == 4
+    for key in ("compiled_over_real", "compiled_over_positions", "reference_over_real"):
+        assert row[f"{key}_at_depth"] == pytest.approx(rows[2][f"{key}_at_depth"]), key
 
 
 def test_a_run_that_compiles_nothing_is_refused():

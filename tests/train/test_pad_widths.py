@@ -83,9 +83,9 @@ def test_pad_frac_counts_the_positions_the_update_runs():
         "ref_logp": jnp.zeros(valid.shape, jnp.float32),
     }
     whole = grpo.grpo_loss(None, tiny.grpo_config(group_size=2))
-    assert float(whole(batch, None)[1]["pad_frac"]) == pytest.approx(8 / 28)
+    assert float(whole((batch,), None)[1]["pad_frac"]) == pytest.approx(8 / 28)
     actor_critic = ppo.ppo_loss(None, None, tiny.ppo_config())
-    assert float(actor_critic(batch, None)[1]["pad_frac"]) == pytest.approx(8 / 28)
+    assert float(actor_critic((batch,), None)[1]["pad_frac"]) == pytest.approx(8 / 28)
     # Packed, one row a group: each prompt once (3 + 4 real) and the replies back to back
     # (2 + 1 + 3 + 0): 13 real of 2 rows x 16 columns (the bucket of the longest group, 7).
     rows = {k: np.asarray(v) for k, v in batch.items() if k != "ref_logp"}
@@ -94,7 +94,7 @@ def test_pad_frac_counts_the_positions_the_update_runs():
     assert packed["tokens"].shape == (2, 16) and packed["response_mask"].shape == (2, 16)
     packed["ref_logp"] = np.zeros((2, 16), np.float32)
     shared = grpo.grpo_loss(None, tiny.grpo_config(shared_prompt=True, group_size=2))
-    assert float(shared(packed, None)[1]["pad_frac"]) == pytest.approx(1 - 13 / 32)
+    assert float(shared((packed,), None)[1]["pad_frac"]) == pytest.approx(1 - 13 / 32)
 
 
 @pytest.mark.slow
