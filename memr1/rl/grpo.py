@@ -175,6 +175,16 @@ class GRPOConfig:
         return batch["response_mask"].shape[0] * self.pack_group
 
 
+def check_reference(parts, algo: str, beta: float, source: str) -> None:
+    """Refuses (at trace time) a batch part without the `ref_logp` a KL β > 0 reads."""
+    for batch in parts:
+        if beta != 0.0 and "ref_logp" not in batch:
+            raise ValueError(
+                f"{algo} with kl_beta={beta} (train.kl_beta) needs the batch field 'ref_logp' "
+                f"({source}); the batch has {sorted(batch)}"
+            )
+
+
 def kl_to_reference(
     mb: dict,
     logp_BT: jax.Array,
@@ -250,12 +260,7 @@ def grpo_loss(graphdef: Any, cfg: GRPOConfig) -> Callable:
     """
 
     def loss_factory(parts, frozen):
-        for batch in parts:
-            if cfg.kl_beta != 0.0 and "ref_logp" not in batch:
-                raise ValueError(
-                    f"GRPO with kl_beta={cfg.kl_beta} (train.kl_beta) needs the batch field "
-                    f"'ref_logp' (steps.make_grpo_reference); the batch has {sorted(batch)}"
-                )
+        check_reference(parts, "GRPO", cfg.kl_beta, "steps.make_grpo_reference")
         masks = [cfg.loss_mask(b) for b in parts]
         n_tokens = sum(m.astype(jnp.float32).sum() for m in masks)
         n_seqs = jnp.asarray(sum(cfg.replies(b) for b in parts), jnp.float32)

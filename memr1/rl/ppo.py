@@ -35,6 +35,7 @@ from memr1.rl.critic import critic_values
 from memr1.rl.grpo import (
     check_dual_clip,
     check_kl_and_temperature,
+    check_reference,
     kl_to_reference,
     pad_frac,
     policy_metrics,
@@ -160,12 +161,7 @@ def ppo_loss(graphdef: Any, critic_graphdef: Any, cfg: PPOConfig) -> Callable:
     Metrics: those of GRPO (pad_frac over whole rows) plus value_loss and vf_clip_frac."""
 
     def loss_factory(parts, frozen):
-        for batch in parts:
-            if cfg.kl_beta != 0.0 and "ref_logp" not in batch:
-                raise ValueError(
-                    f"PPO with kl_beta={cfg.kl_beta} (train.kl_beta) needs the batch field "
-                    f"'ref_logp' (steps.make_ppo_prepare fixes it); the batch has {sorted(batch)}"
-                )
+        check_reference(parts, "PPO", cfg.kl_beta, "steps.make_ppo_prepare fixes it")
         masks = [b["response_mask"] & b["valid"] for b in parts]
         n_tokens = sum(m.astype(jnp.float32).sum() for m in masks)
         n_seqs = jnp.asarray(sum(m.shape[0] for m in masks), jnp.float32)
