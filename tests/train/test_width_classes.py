@@ -68,6 +68,25 @@ def test_groups_are_sorted_into_classes_each_at_its_own_width():
         batches.pack_step_classes(rows, 2, 3)
 
 
+def test_every_process_packs_class_k_at_one_width(monkeypatch):
+    """Each process sorts its own groups; class k's widths are the widest over the processes
+    (`multihost.gather`), so every process's class k has one shape."""
+    rows = _rows()
+    mine = batches.pack_step_classes(rows, 2, 2)
+    seen = []
+
+    def gather(value):  # another process whose short class needs 40 columns (30 of replies)
+        seen.append(value)
+        return [value, [[40, 30], [20, 10]]]
+
+    monkeypatch.setattr(batches.multihost, "gather", gather)
+    short, long = batches.pack_step_classes(rows, 2, 2)
+    assert seen == [[[11, 6], [62, 42]]]  # this process's needs, a class each
+    assert short["tokens"].shape == (2, 48) and short["response_mask"].shape == (2, 32)
+    assert long["tokens"].shape == mine[1]["tokens"].shape  # its own need was the widest
+    np.testing.assert_array_equal(short["tokens"][:, :16], mine[0]["tokens"])
+
+
 def test_width_classes_the_update_cannot_run_are_refused_by_name():
     packed = dict(shared_prompt=True, group_size=2)
     assert tiny.grpo_config(width_classes=2, n_micro=2, **packed).width_classes == 2
