@@ -51,40 +51,73 @@ def test_tpu_setups_are_listed_with_their_chips():
         assert est["capacity"] == capacity and est["hosts"] > 1
 
 
-@pytest.mark.slow
-def test_the_estimate_is_within_15_percent_of_xlas_peak(tmp_path):
-    """One compile of the real GRPO step (tiny widths, 2 blocks, 8 fake devices): ~40 s."""
-    out = tmp_path / "check.json"
+# The slow tests' four tool commands, run one after another in one process of 8 fake CPU
+# devices (each tool's main sets the count before JAX starts): one Python and JAX start instead of
+# four, and the programs the commands share (the reference's forward) compiled once. The file
+# took 85 CPU s cold with four processes, 62 s with one.
+RUN_TOOLS = """
+import json, sys
+from memr1.torchless import without_torch
+without_torch()
+sys.path.insert(0, "tools")
+failed = 0
+for tool, argv in json.loads(sys.argv[1]):
+    code = __import__(tool).main(argv)
+    if code != 0:
+        print(f"{tool} {argv}: exit {code}", file=sys.stderr)
+        failed = 1
+sys.exit(failed)
+"""
+POD_STEP = ["--size", "tiny", "--layers", "2", "--states", "16", "--max-new-tokens", "128",
+            "--prompt-lengths", "400:700", "--reply-lengths", "40:120", "--no-sampler",
+            "--width-classes", "1"]  # fmt: skip
+SAMPLER = ["--stage", "manager", "--layers", "2", "--layouts", "none", "--states", "16",
+           "--max-new-tokens", "512", "--answer-max-new-tokens", "256"]  # fmt: skip
+COMMANDS = {
+    # One compile of the real GRPO step (tiny widths, 2 blocks): ~20 s.
+    "xla_peak": ("memory_vs_xla", ["--case", "tiny:2:32:256:64:1"]),
+    # tools/bench_pod_step.py's update row of the recipe's own update (one packed row a group,
+    # the reply-column head, `model.scan_layers`, the reference outside the step) at tiny
+    # widths, under each `model.remat_policy`: ~25 s each. One width class: at these widths
+    # XLA:CPU gives the second class's scan its own score buffers (+17% of the peak under
+    # minimal remat, docs/benchmarks.md), which it shares at 7B widths.
+    "full": ("bench_pod_step", [*POD_STEP, "--remat-policy", "full"]),
+    "minimal": ("bench_pod_step", [*POD_STEP, "--remat-policy", "minimal"]),
+    # The manager stage's two sampler calls at Qwen2.5-7B widths (2 blocks, compiled in float32:
+    # XLA:CPU's bf16 programs add float32 copies of the weights that an accelerator never
+    # makes): the policy's rollout (16 prompts x G 8 a call) and the frozen answerer's reward
+    # call (8 prompts, greedy). ~15 s.
+    "sampler": ("bench_pod_step", SAMPLER),
+}
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory) -> dict[str, dict]:
+    """The JSON report of each of COMMANDS, by name."""
+    out = tmp_path_factory.mktemp("tools")
+    runs = [(tool, [*argv, "--json", str(out / f"{name}.json")])
+            for name, (tool, argv) in COMMANDS.items()]  # fmt: skip
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
     env.pop("XLA_FLAGS", None)
-    cmd = [sys.executable, "tools/memory_vs_xla.py", "--case", "tiny:2:32:256:64:1",
-           "--json", str(out)]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    cmd = [sys.executable, "-c", RUN_TOOLS, json.dumps(runs)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    (row,) = json.loads(out.read_text())["rows"]
+    return {name: json.loads((out / f"{name}.json").read_text()) for name in COMMANDS}
+
+
+@pytest.mark.slow
+def test_the_estimate_is_within_15_percent_of_xlas_peak(reports):
+    (row,) = reports["xla_peak"]["rows"]
     assert row["xla"]["peak"] > 0
     assert 0.85 <= row["estimate_over_xla"] <= 1.15, row
 
 
 @pytest.fixture(scope="module")
-def packed_updates(tmp_path_factory) -> dict[str, dict]:
-    """tools/bench_pod_step.py's update row of the recipe's own update (one packed row a group,
-    the reply-column head, `model.scan_layers`, the reference outside the step) on 8 fake
-    devices at tiny widths, under each `model.remat_policy`: ~30 s each. One width class: at
-    these widths XLA:CPU gives the second class's scan its own score buffers (+17% of the peak
-    under minimal remat, docs/benchmarks.md), which it shares at 7B widths."""
+def packed_updates(reports) -> dict[str, dict]:
+    """The update row of each `model.remat_policy`."""
     rows = {}
     for policy in ("full", "minimal"):
-        out = tmp_path_factory.mktemp("pod") / f"{policy}.json"
-        env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
-        env.pop("XLA_FLAGS", None)
-        cmd = [sys.executable, "tools/bench_pod_step.py", "--size", "tiny", "--layers", "2",
-               "--states", "16", "--max-new-tokens", "128", "--prompt-lengths", "400:700",
-               "--reply-lengths", "40:120", "--remat-policy", policy, "--no-sampler",
-               "--width-classes", "1", "--json", str(out)]  # fmt: skip
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-        (rows[policy],) = [r for r in json.loads(out.read_text())["rows"] if r["stage"] == "update"]
+        (rows[policy],) = [r for r in reports[policy]["rows"] if r["stage"] == "update"]
     return rows
 
 
@@ -105,20 +138,9 @@ def test_minimal_remat_trades_memory_for_the_recomputed_matmuls(packed_updates):
 
 
 @pytest.mark.slow
-def test_the_estimate_is_within_15_percent_of_the_recipes_sampler_calls(tmp_path):
-    """The manager stage's two sampler calls at Qwen2.5-7B widths (2 blocks, 8 fake devices,
-    compiled in float32: XLA:CPU's bf16 programs add float32 copies of the weights that an
-    accelerator never makes): the policy's rollout (16 prompts x G 8 a call) and the frozen
-    answerer's reward call (8 prompts, greedy). ~10 s."""
-    out = tmp_path / "sampler.json"
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
-    env.pop("XLA_FLAGS", None)
-    cmd = [sys.executable, "tools/bench_pod_step.py", "--stage", "manager", "--layers", "2",
-           "--layouts", "none", "--states", "16", "--max-new-tokens", "512",
-           "--answer-max-new-tokens", "256", "--json", str(out)]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    rows = {r["stage"]: r for r in json.loads(out.read_text())["rows"]}
+def test_the_estimate_is_within_15_percent_of_the_recipes_sampler_calls(reports):
+    """The manager stage's policy rollout and frozen-answerer reward call (COMMANDS)."""
+    rows = {r["stage"]: r for r in reports["sampler"]["rows"]}
     assert set(rows) == {"rollout", "reward"}
     for row in rows.values():
         assert 0.85 <= row["estimate_over_xla"] <= 1.15, row
