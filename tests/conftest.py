@@ -25,6 +25,10 @@ pytest-xdist sorts by the number of tests in a file, so the end-to-end files (on
 minutes each: the quick demo, the launch script, the CLIs) came last and one worker ran them
 alone at the end. Here the files with slow-marked tests go first, the others after them (most
 tests first, as xdist would), so the short files fill both workers' time while the long ones run.
+A file of one or two tests that still compiles for ~20 s (not slow: `make test-fast` runs it) is
+marked `queue_early` and goes right after the slow files: by test count it came last, and one
+worker ran it alone at the end (test_remat_memory and test_lora_cli_export, ~45 CPU s together:
+~5 s of the suite's wall time, from the per-file CPU of a run replayed on two workers).
 """
 
 from __future__ import annotations
@@ -76,13 +80,22 @@ def pytest_configure(config) -> None:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Files with a slow-marked test first (in collection order), then the rest, most tests first;
-    each file's own tests keep their order. Every worker computes the same order."""
+    """Files with a slow-marked test first (in collection order), then those marked queue_early,
+    then the rest, most tests first; each file's own tests keep their order. Every worker
+    computes the same order."""
     by_file: dict[str, list] = {}
     for item in items:
         by_file.setdefault(item.nodeid.split("::")[0], []).append(item)
-    slow = {f for f, tests in by_file.items() if any(t.get_closest_marker("slow") for t in tests)}
-    order = sorted(by_file, key=lambda f: (f not in slow, 0 if f in slow else -len(by_file[f])))
+
+    def marked(name: str) -> set[str]:
+        return {f for f, tests in by_file.items() if any(t.get_closest_marker(name) for t in tests)}
+
+    slow, early = marked("slow"), marked("queue_early")
+    first = slow | early
+    order = sorted(
+        by_file,
+        key=lambda f: (f not in slow, f not in early, 0 if f in first else -len(by_file[f])),
+    )
     items[:] = [item for f in order for item in by_file[f]]
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
 from flax import nnx
 
 from memr1.env import load
@@ -23,6 +24,9 @@ from memr1.train.metrics_log import read_jsonl
 from tests.tool import load_tool
 from tests.train import tiny
 from tests.train.test_lora import _logits
+
+# One test of ~20 CPU s (a train command and the export): queued early (tests/conftest.py).
+pytestmark = pytest.mark.queue_early
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}

@@ -21,9 +21,12 @@ from memr1.models.transformer import abstract_model, count_params
 from tests.tool import load_tool
 from tests.train import tiny
 
-pytestmark = pytest.mark.skipif(
-    jax.default_backend() != "cpu", reason="the numbers are XLA:CPU's buffer plan"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        jax.default_backend() != "cpu", reason="the numbers are XLA:CPU's buffer plan"
+    ),
+    pytest.mark.queue_early,  # one test of ~25 CPU s (tests/conftest.py)
+]
 
 # Attention scores [B, H, T, T] (2 MiB in float32) dwarf a layer's input (128 KiB) and weights
 # (about 150 KiB), so the two regimes are far apart.
