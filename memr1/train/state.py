@@ -203,6 +203,11 @@ def _init_critic(mesh, cfg, tx, seed, policy_params, params, rules, materialize)
     return _init_part(mesh, critic_fn, tx, nnx.Param, params, rules, materialize)
 
 
+def _transformer_of(model_cfg: ModelConfig) -> Callable[[Any], nnx.Module]:
+    """The policy's default module, built from a seed or the uint32 data of its key."""
+    return lambda key: Transformer(model_cfg, nnx.Rngs(params=key))
+
+
 def create_train_state(
     mesh: Mesh,
     model_cfg: ModelConfig,
@@ -245,10 +250,8 @@ def create_train_state(
       (setup, state), with every array of `state` placed by `setup.state_shardings`.
     """
     _check_critic_args(critic_cfg, critic_optim, critic_params, critic_from_policy)
-    seeded = None
-    if module_fn is None:
-        build = lambda s: Transformer(model_cfg, nnx.Rngs(params=s))
-        module_fn, seeded = (lambda: build(seed)), (build, seed)
+    seeded = None if module_fn is not None else (_transformer_of(model_cfg), seed)
+    module_fn = module_fn or (lambda: seeded[0](seed))
     tx = make_optimizer(optim)
     graphdef, (p, o), (p_sh, o_sh), (p_abs, o_abs) = _init_part(
         mesh, module_fn, tx, trainable, params, rules, materialize, seeded
