@@ -53,8 +53,8 @@ def test_tpu_setups_are_listed_with_their_chips():
 
 # The slow tests' four tool commands, run one after another in one process of 8 fake CPU
 # devices (each tool's main sets the count before JAX starts): one Python and JAX start instead of
-# four, and the programs the commands share (the reference's forward) compiled once. The file
-# took 85 CPU s cold with four processes, 62 s with one.
+# four. The file took 105 CPU s cold with four processes, 98 s with one (before the update's
+# figures at depth, 85 and 62).
 RUN_TOOLS = """
 import json, sys
 from memr1.torchless import without_torch
