@@ -201,11 +201,12 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
     replies back to back (`memr1.rl.packing`, `memr1.rl.logprobs.packed_logprobs`: the row
     layout's values, without running the prompt G times or padding a reply to the longest);
     a row is then a group, and `micro_rows` counts groups. PPO keeps one row a sample.
-    `width_classes` (GRPO, packed): the step's groups are sorted by length into this many classes
-    of equal count, each packed at the bucketed width of its own longest group
-    (`memr1.train.batches.pack_step_classes`) and run as `n_micro / width_classes` of the
-    update's micro-batches in the one program; 1 pads every group to the step's longest. It must
-    divide `n_micro`; each combination of class widths is its own compiled program.
+    `width_classes` (GRPO, packed): the step's groups are sorted by length into up to this many
+    classes of equal count, each packed at the bucketed width of its own longest group
+    (`memr1.train.batches.pack_step_classes`) and run as its share of the update's micro-batches
+    in the one program: as many classes as divide `n_micro` (one when the update is a single
+    micro-batch; logged as `train/width_classes`); 1 pads every group to the step's longest.
+    Each combination of class widths is its own compiled program.
     `drop_zero_signal` (GRPO): groups whose G rewards are all equal
     (zero advantages) skip the update (`memr1.train.batches.keep_signal_groups`); off in the
     paper's setting, it changes the loss normalisation. `oversample` (GRPO): each step rolls

@@ -272,7 +272,7 @@ def run(args) -> dict:
     shallower = abstract_setup(args, config, args.layers - 1)[1] if args.layers > 1 else None
     for layout in layouts:
         grpo_cfg = packed_cfg if layout == "packed" else _rows_config(config, g)
-        parts = costs.update_batch(prompt_len, reply_len, g, budget, layout, grpo_cfg.width_classes)
+        parts = costs.update_batch(prompt_len, reply_len, g, budget, layout, grpo_cfg.classes[1])
         row = costs.update_stage(
             setup, grpo_cfg, n, parts, group=g, devices=devices, memory=not args.no_memory
         )

@@ -82,9 +82,10 @@ class GRPOConfig:
     (`memr1.rl.packing`): each group's prompt runs once and no reply is padded to another's
     length; 1: every sample is a row of its own. The widths are the batch's own
     (`memr1.train.batches.rollout_rows`, `memr1.train.loop.make_rl_update`), not a constant.
-    `width_classes` K > 1 (packed only): the groups of a step are sorted by length into K
-    classes of equal count, each packed at its own width and run as `n_micro` / K of the
-    update's micro-batches (`memr1.train.batches.pack_step_classes`); the loss is unchanged.
+    `width_classes` K > 1 (packed only): the groups of a step are sorted by length into up to K
+    classes of equal count (`classes`: as many as split `n_micro`), each packed at its own width
+    and run as its share of the update's micro-batches (`memr1.train.batches.pack_step_classes`);
+    the loss is unchanged.
     Packed rows support token_mean aggregation only (seq_mean_token_mean would need the
     per-reply sums of a segment: refused by name).
     """
@@ -105,12 +106,10 @@ class GRPOConfig:
         check_kl_and_temperature("GRPO", self.kl_estimator, self.temperature)
         check_dual_clip("GRPO", self.dual_clip)
         k = self.width_classes
-        if k < 1 or (k > 1 and not self.packed) or self.n_micro % k:
+        if k < 1 or (k > 1 and not self.packed):
             raise ValueError(
-                f"GRPO width_classes={k} (train.width_classes): needs >= 1, packed groups "
-                f"(train.shared_prompt; pack_group={self.pack_group}) when > 1, and to divide "
-                f"the update's n_micro={self.n_micro} (train.n_micro / train.micro_rows): each "
-                "class is its own micro-batches"
+                f"GRPO width_classes={k} (train.width_classes): needs >= 1, and packed groups "
+                f"(train.shared_prompt; pack_group={self.pack_group}) when > 1"
             )
         if self.pack_group > 1 and self.aggregation != "token_mean":
             raise ValueError(
@@ -139,8 +138,12 @@ class GRPOConfig:
 
     @property
     def classes(self) -> tuple[int, int]:
-        """(group, width classes): how `batches.pack_step_classes` packs the update's rows."""
-        return self.pack_group, self.width_classes
+        """(group, width classes): how `batches.pack_step_classes` packs the update's rows.
+        Each class is its own micro-batches, so the classes are the largest divisor of n_micro
+        up to `width_classes` (1 when the update is one micro-batch); the update logs how many
+        it ran as `width_classes`."""
+        k = max(d for d in range(1, self.width_classes + 1) if self.n_micro % d == 0)
+        return self.pack_group, k
 
     def required_fields(self) -> tuple[str, ...]:
         """The batch fields the update reads (`ref_logp` only with β > 0)."""
@@ -299,7 +302,8 @@ def grpo_loss(graphdef: Any, cfg: GRPOConfig) -> Callable:
         segments = [b["reply_segment"] for b in parts] if cfg.packed else None
         lengths = response_metrics(masks, segments, cfg.pack_group)
         padding = pad_frac([b["valid"] for b in parts])
-        return loss_fn, {"n_tokens": n_tokens, "pad_frac": padding, **lengths}
+        counts = {"n_tokens": n_tokens, "pad_frac": padding, "width_classes": len(parts)}
+        return loss_fn, {**counts, **lengths}
 
     return loss_factory
 

@@ -87,13 +87,13 @@ def test_every_process_packs_class_k_at_one_width(monkeypatch):
     np.testing.assert_array_equal(short["tokens"][:, :16], mine[0]["tokens"])
 
 
-def test_width_classes_the_update_cannot_run_are_refused_by_name():
+def test_the_classes_are_as_many_as_split_the_micro_batches():
     packed = dict(shared_prompt=True, group_size=2)
-    assert tiny.grpo_config(width_classes=2, n_micro=2, **packed).width_classes == 2
+    for k, n_micro, classes in ((2, 2, 2), (2, 16, 2), (2, 1, 1), (2, 3, 1), (4, 6, 3), (1, 4, 1)):
+        cfg = tiny.grpo_config(width_classes=k, n_micro=n_micro, **packed)
+        assert cfg.classes == (2, classes), (k, n_micro)
     for bad in (
         dict(width_classes=2, n_micro=2, group_size=2),  # rows layout: nothing to class
-        dict(width_classes=2, n_micro=1, **packed),  # one micro-batch cannot hold two widths
-        dict(width_classes=2, n_micro=3, **packed),
         dict(width_classes=0, **packed),
     ):
         with pytest.raises(ValueError, match=r"train\.width_classes"):
@@ -137,3 +137,5 @@ def test_a_step_in_width_classes_is_the_one_width_step(policy, reference):
     assert float(metrics["grad_norm"]) == pytest.approx(float(optax.tree.norm(g1)), rel=1e-5)
     assert float(metrics["pad_frac"]) == pytest.approx(float(m2["pad_frac"]))
     assert float(metrics["update_refused"]) == 0.0 and int(s1.step) == int(s0.step) + 1
+    assert float(metrics["width_classes"]) == float(m2["width_classes"]) == 2
+    assert float(m1["width_classes"]) == 1
