@@ -328,6 +328,7 @@ def update_stage(setup, grpo_cfg, n, parts, *, group, devices, memory: bool) -> 
         "real_flops": real,
         "compiled_over_real": compiled / real,
         # The same program over the positions it runs: what it costs a token without padding.
+        "positions_flops": dense,
         "compiled_over_positions": compiled / dense,
         "xla_memory": None,
     }
@@ -338,11 +339,7 @@ def update_stage(setup, grpo_cfg, n, parts, *, group, devices, memory: bool) -> 
     if memory:
         full = steps.make_grpo_step(full_setup, grpo_cfg)
         abstract = tuple(abstract_batch(setup, p, p["tokens"].shape[0]) for p in parts)
-        out["xla_memory"] = xla_memory(
-            full.lower(
-                full_setup.abstract_state, abstract if len(parts) > 1 else abstract[0]
-            ).compile()
-        )
+        out["xla_memory"] = xla_memory(full.lower(full_setup.abstract_state, abstract).compile())
     return out
 
 
@@ -358,10 +355,8 @@ def at_depth(row: dict, shallower: dict, *, layers: int, depth: int) -> None:
     def grow(key: str) -> float:
         return row[key] + extra * (row[key] - shallower[key])
 
-    dense = {k: r["compiled_flops"] / r["compiled_over_positions"] for k, r in
-             (("row", row), ("shallower", shallower))}  # fmt: skip
-    compiled, real = grow("compiled_flops"), grow("real_flops")
-    positions = dense["row"] + extra * (dense["row"] - dense["shallower"])
+    compiled, real, positions = (grow(k) for k in ("compiled_flops", "real_flops",
+                                                    "positions_flops"))  # fmt: skip
     row.update(
         depth=depth,
         compiled_flops_at_depth=compiled,

@@ -43,8 +43,9 @@ PACKED_FIELDS = (
 _PER_TOKEN = ("old_logp", "sampler_logp")
 
 
-def _parts(batch, group: int):
-    """Per group: the real prompt ids, and per reply its row's real reply columns."""
+def _parts(batch, group: int, groups=None):
+    """Per group (`groups`, indices in that order; default all): the real prompt ids, and per
+    reply its row's real reply columns."""
     rows, width = batch["tokens"].shape
     if group < 1 or rows % group:
         raise ValueError(f"pack_groups: {rows} rows do not split into groups of {group}")
@@ -57,7 +58,7 @@ def _parts(batch, group: int):
     valid = np.asarray(batch["valid"], bool)
     reply = np.asarray(batch["response_mask"], bool) & valid
     out = []
-    for n in range(rows // group):
+    for n in range(rows // group) if groups is None else (int(g) for g in groups):
         first = n * group
         prompt = np.asarray(batch["tokens"][first, :p])[valid[first, :p]]
         if len(prompt) == 0:
@@ -97,10 +98,9 @@ def pack_groups(
     in groups of `group` samples of one prompt, at `width` columns and `reply_width` reply
     columns a row (at least `packed_needs`; the caller buckets them, common to all processes).
     `groups` (indices, default all) packs those groups only, one row each in that order."""
-    parts = _parts(batch, group)
-    order = range(len(parts)) if groups is None else [int(n) for n in groups]
-    parts = [(n, *parts[n]) for n in order]
-    need, reply_need = _needs([part[1:] for part in parts])
+    parts = _parts(batch, group, groups)
+    parts = list(zip(range(len(parts)) if groups is None else groups, parts, strict=True))
+    need, reply_need = _needs([part for _, part in parts])
     if need > width or reply_need > reply_width:
         raise ValueError(
             f"pack_groups: the longest group needs {need} columns ({reply_need} of replies), "
@@ -120,7 +120,7 @@ def pack_groups(
     per_token = [k for k in _PER_TOKEN if k in batch]
     for k in per_token:
         out[k] = np.zeros((n, reply_width), np.float32)
-    for i, (source, prompt, replies) in enumerate(parts):
+    for i, (source, (prompt, replies)) in enumerate(parts):
         p = len(prompt)
         out["tokens"][i, :p], out["segments"][i, :p], out["positions"][i, :p] = prompt, 0, range(p)
         col, rc = p, 0  # the next packed column and reply column

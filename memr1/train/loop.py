@@ -301,7 +301,7 @@ def make_rl_update(
             if reference:  # the reference's forward pass, once per rollout
                 for part, ref_logp in zip(parts, reference(ref_params, parts), strict=True):
                     part["ref_logp"] = ref_logp
-            return step(s, parts if len(parts) > 1 else parts[0])
+            return step(s, parts)
 
         return grpo_update
     if algo == "ppo":

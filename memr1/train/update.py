@@ -96,7 +96,7 @@ def micro_parts(
     for k, part in enumerate(parts):
         label = name if len(parts) == 1 else f"{name} (width class {k})"
         check_batch(part, required, per, divisor, label)
-        out.append(to_micro({f: part[f] for f in part}, per))
+        out.append(to_micro(part, per))
     return tuple(out)
 
 
