@@ -1,7 +1,7 @@
 """The environment the suite runs in is the one setup.cfg pins: every `name==version` of the
 package's requirements (and its test extra) is the installed version. The pins carry measured
 reasons (ml-dtypes 0.6.0: 0.7.0 costs ~0.6 s of CPU in every process that imports jax; torch
-2.13.0: the CPU build on disk), which a venv built before a pin changed would silently lose."""
+2.13.0: the CPU build on disk), which a venv that drifted from the pins would silently lose."""
 
 from __future__ import annotations
 
