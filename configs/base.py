@@ -216,6 +216,11 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
     `micro_rows` > 0 derives it at run time instead, from the mesh: micro-batches of
     `micro_rows` rows on each data x fsdp shard (packed groups under `shared_prompt`;
     `memr1.train.mesh.micro_batch_count`). Set one of the two, not both.
+    `sft_length` (SFT): the longest row; a batch pads to the shortest of `sft_buckets` widths
+    (multiples of 16 spread evenly up to it: one compiled program each) that holds its longest
+    row. `sft_group_by_length` = k > 0 (SFT) batches rows of similar
+    length together within chunks of k batches (`memr1.train.order`), so that a step pads to
+    its own rows' length; 0 draws batches at random. Logged: `train/pad_frac`.
     `gamma` and `lam` (PPO): the GAE discount and λ over response tokens, 1.0 and 1.0 as in verl
     (the outcome reward on the last token then reaches every token undiscounted).
     `eval_every` > 0 validates the policy (`memr1.train.validation`: verl's `test_freq` with
@@ -253,6 +258,8 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
             "oversample": 1,
             "temperature": 1.0,
             "sft_length": 2048,
+            "sft_group_by_length": 0,
+            "sft_buckets": 4,
             "checkpoint_every": 50,
             "keep": 3,
             "eval_every": 0,

@@ -54,6 +54,8 @@ def stage_overrides(
     if stage == "sft":
         schedule(c.sft)
         o["train.warmup_steps"] = c.sft.warmup_steps
+        o["train.sft_group_by_length"] = c.sft.group_by_length
+        o["train.sft_buckets"] = c.sft.buckets
     elif stage == "answer":
         schedule(c.answer)
         o["train.eval_every"] = c.answer.eval_every

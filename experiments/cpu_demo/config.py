@@ -67,7 +67,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.banks = dict(answer=("teacher", "careful"), manager="careful")
     config.traces = traces()
     # The warm start: one policy, both agents; its sequence length is the longest trace's.
-    config.sft = dict(steps=1400, batch_size=8, lr=3e-3, warmup_steps=10)
+    # group_by_length and buckets: train.sft_group_by_length and train.sft_buckets (batches
+    # drawn at random and padded to one of 4 widths here; tools/sft_padding.py counts both).
+    config.sft = dict(
+        steps=1400, batch_size=8, lr=3e-3, warmup_steps=10, group_by_length=0, buckets=4
+    )
     # GRPO/PPO of the Answer Agent, over the train answer tuples and `renamed_copies` copies of
     # each with their entities renamed (augment.renamed_answer_states). 90 steps: on validation
     # as good as 120 for the Answer Agent and the manager stage after it (docs/demo.md).

@@ -37,6 +37,7 @@ from memr1.train.metrics_log import (
     progress,
     warn_shares,
 )
+from memr1.train.order import batch_indices, bucket_length, grouped_batch_indices
 from memr1.train.sft import sft_batch
 from memr1.train.state import TrainSetup, TrainState, step_key
 from memr1.train.update import StepBuilder, shard_batch
@@ -70,6 +71,8 @@ class LoopConfig:
     eval_every: int  # validate every this many steps (and before the first, and after the last)
     keep_best: str  # the validation metric of the best checkpoint ("-" prefix: minimised)
     packed: bool = False  # GRPO under train.shared_prompt: a group a row (`memr1.rl.packing`)
+    group_by_length: int = 0  # SFT: batches of similar length within chunks of this many batches
+    sft_buckets: int = 4  # SFT: padded widths (compiled programs) up to train.sft_length
 
     def __post_init__(self):
         # Checked here so that a bad setting fails before any model is loaded or compiled.
@@ -80,14 +83,15 @@ class LoopConfig:
             "checkpoint_every",
             "n_micro",
             "oversample",
+            "sft_buckets",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or int(value) != value or value < 1:
                 raise ValueError(f"train.{name}={value!r}: must be an integer >= 1")
-        if isinstance(self.eval_every, bool) or int(self.eval_every) != self.eval_every:
-            raise ValueError(f"train.eval_every={self.eval_every!r}: must be an integer >= 0")
-        if self.eval_every < 0:
-            raise ValueError(f"train.eval_every={self.eval_every!r}: must be an integer >= 0")
+        for name, key in (("eval_every", "eval_every"), ("group_by_length", "sft_group_by_length")):
+            value = getattr(self, name)
+            if isinstance(value, bool) or int(value) != value or value < 0:
+                raise ValueError(f"train.{key}={value!r}: must be an integer >= 0")
         validation.parse_keep_best(self.keep_best)
         if self.on_nonfinite not in ("skip", "stop"):
             raise ValueError(f"train.on_nonfinite={self.on_nonfinite!r}: expected 'skip' or 'stop'")
@@ -96,6 +100,9 @@ class LoopConfig:
     def from_config(cls, config) -> LoopConfig:
         """The loop of a `configs/memr1.py` config (refuses impossible settings by name)."""
         t = config.train
+        if t.sft_group_by_length and config.algo != "sft":
+            msg = f"train.sft_group_by_length={t.sft_group_by_length} is for SFT, not {config.algo}"
+            raise ValueError(msg)
         return cls(
             steps=t.steps,
             batch_size=t.batch_size,
@@ -110,20 +117,9 @@ class LoopConfig:
             eval_every=t.eval_every,
             keep_best=t.keep_best,
             packed=config.algo == "grpo" and bool(t.shared_prompt),
+            group_by_length=t.sft_group_by_length,
+            sft_buckets=t.sft_buckets,
         )
-
-
-def batch_indices(n: int, batch: int, step: int, seed: int) -> np.ndarray:
-    """The example indices of `step`: consecutive slices of a fresh permutation per epoch."""
-    if n <= 0:
-        raise ValueError("no training examples")
-    out = []
-    start = step * batch
-    while len(out) < batch:
-        epoch, offset = divmod(start + len(out), n)
-        perm = np.random.default_rng([seed, epoch]).permutation(n)
-        out.extend(perm[offset : offset + batch - len(out)].tolist())
-    return np.asarray(out)
 
 
 def resume(checkpointer: Checkpointer | None, setup: TrainSetup, state: TrainState | None):
@@ -207,20 +203,6 @@ def _validate_start(val, start, state, checkpointer) -> None:
 _SHOWN = ("loss", "reward", "kl", "zero_signal_frac")
 
 
-def bucket_length(need: int, length: int, n_buckets: int = 4) -> int:
-    """The shortest of ``n_buckets`` padded lengths (multiples of 16 up to ``length``) >= need.
-
-    Padding every SFT batch to the data set's longest row spends most of a step on padding; a
-    few fixed buckets keep the compiled programs few (one a bucket) while a batch of short rows
-    runs at its own size. Rows longer than ``length`` get ``length`` (``sft_batch`` names it).
-    """
-    for k in range(1, n_buckets + 1):
-        size = min(length, -(-length * k // n_buckets // 16) * 16)
-        if need <= size:
-            return size
-    return length
-
-
 def run_sft(
     setup: TrainSetup,
     state: TrainState,
@@ -242,16 +224,21 @@ def run_sft(
     # -- eval: the start weights ----------------------------------------------------------------
     _validate_start(val, start, state, checkpointer)
     lag = LaggedMetrics()
+    lengths = [len(p) + len(t) for p, t in pairs]
     bar = progress(range(start, cfg.steps), total=cfg.steps, initial=start, desc=cfg.desc)
     for step in bar:
         started = time.perf_counter()
         # -- data ---------------------------------------------------------------------------
         # Every process computes the step's pairs and feeds its own slice of them; the padded
         # length is the longest row's on any process (the global batch has one shape).
-        idx = batch_indices(len(pairs), cfg.batch_size, step, cfg.seed)
+        # With train.sft_group_by_length, a step's rows are of similar length (`order`).
+        if group := cfg.group_by_length:
+            idx = grouped_batch_indices(lengths, cfg.batch_size, step, cfg.seed, group)
+        else:
+            idx = batch_indices(len(pairs), cfg.batch_size, step, cfg.seed)
         idx = idx[multihost.process_slice(len(idx), "pairs a step (batch_size)")]
-        need = max(multihost.gather(max(len(pairs[i][0]) + len(pairs[i][1]) for i in idx)))
-        padded = bucket_length(need, length)
+        need = max(multihost.gather(max(lengths[i] for i in idx)))
+        padded = bucket_length(need, length, cfg.sft_buckets)
         batch = sft_batch([pairs[i][0] for i in idx], [pairs[i][1] for i in idx], padded, pad_id)
         # -- update -------------------------------------------------------------------------
         state, metrics = step_fn(state, shard_batch(setup, batch))

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from memr1.models.params import merge_params
+from memr1.rl.grpo import pad_frac
 from memr1.rl.logprobs import sequence_logprobs
 from memr1.rl.losses import masked_mean
 from memr1.train.state import TrainSetup, TrainState
@@ -50,7 +51,8 @@ def make_sft_step(
 ) -> Callable[[TrainState, Batch], tuple[TrainState, dict[str, jax.Array]]]:
     """The jitted, donating SFT update `step(state, batch) -> (state, metrics)`.
 
-    Metrics: loss (mean NLL per target token), n_tokens, grad_norm, lr, update_refused.
+    Metrics: loss (mean NLL per target token), n_tokens, pad_frac (the share of the batch's
+    token positions that are padding), grad_norm, lr, update_refused.
     `grads_only=True` builds the non-updating gradient function instead; `before_guard` is for
     fault drills (both: `update.make_step`).
     """
@@ -66,7 +68,7 @@ def make_sft_step(
             mask = mb["loss_mask"] & mb["valid"]
             return masked_mean(-logp, mask, n_tokens), {}
 
-        return loss_fn, {"n_tokens": n_tokens}
+        return loss_fn, {"n_tokens": n_tokens, "pad_frac": pad_frac([p["valid"] for p in parts])}
 
     return make_step(
         setup,

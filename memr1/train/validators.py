@@ -35,7 +35,7 @@ from memr1.env import rollout
 from memr1.env.manager_reward import RewardEnv
 from memr1.env.policy import SamplingConfig, TextPolicy, agent_budget
 from memr1.train import multihost
-from memr1.train.loop import bucket_length
+from memr1.train.order import bucket_length
 from memr1.train.sft import eval_sft_loss, sft_batch
 from memr1.train.state import TrainSetup
 from memr1.train.update import shard_batch

@@ -114,6 +114,9 @@ CASES = [
     ("classes_rows", "runlocal,algo=grpo,stage=answer",
      {"train.width_classes": 2, "train.shared_prompt": False},
      {"tuples": "t"}, "width_classes=2 (train.width_classes)"),
+    ("group_grpo", "runlocal,algo=grpo,stage=answer", {"train.sft_group_by_length": 4},
+     {"tuples": "t"}, "train.sft_group_by_length=4 is for SFT, not grpo"),
+    ("buckets0", "runlocal,algo=sft", {"train.sft_buckets": 0}, {}, "train.sft_buckets=0"),
     ("bf16", "runlocal,algo=grpo,stage=answer", {"model.param_dtype": "bfloat16"},
      {"tuples": "t"}, "model.param_dtype='bfloat16'"),
 ]  # fmt: skip

@@ -132,12 +132,6 @@ def test_dropping_zero_signal_groups_updates_on_the_signal_rows_only(answer_poli
         assert dropped[0]["train/n_tokens"] < full[0]["train/n_tokens"]
 
 
-def test_batch_indices_cover_each_epoch_once():
-    seen = np.concatenate([loop.batch_indices(10, 4, s, seed=1) for s in range(5)])
-    assert sorted(seen[:10]) == list(range(10)) and sorted(seen[10:20]) == list(range(10))
-    np.testing.assert_array_equal(loop.batch_indices(10, 4, 3, 1), loop.batch_indices(10, 4, 3, 1))
-
-
 def test_bucket_length_picks_the_shortest_bucket_that_fits():
     from memr1.train.loop import bucket_length
 
