@@ -30,6 +30,7 @@ from memr1.atomic import write_json_atomic
 from memr1.env.policy import TextPolicy
 from memr1.models.hf_io import config_from_hf
 from memr1.models.tokenizer import load_tokenizer, special_ids
+from memr1.torchless import without_torch
 from memr1.train.order import batch_indices, bucket_length, grouped_batch_indices
 from memr1.train.sft import read_sft_pairs
 
@@ -116,4 +117,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    without_torch()
     sys.exit(main())

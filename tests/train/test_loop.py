@@ -211,4 +211,6 @@ def test_loop_config_reads_the_train_section_and_the_seed():
         "eval_every": 4,
         "keep_best": "-val/loss",
         "packed": True,  # GRPO with train.shared_prompt (the default): one packed row a group
+        "group_by_length": 0,  # train.sft_group_by_length: SFT only
+        "sft_buckets": 4,
     }
