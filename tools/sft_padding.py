@@ -7,8 +7,8 @@
 
 Tokenises the rows as `memr1.train` does (`sft.read_sft_pairs`: the prompt through the
 tokenizer's chat template, the target and its EOS), then replays the batches the SFT loop would
-draw for `--steps` steps (`memr1.train.order`: random, or grouped by length for each
-`train.sft_group_by_length` in --groups) and pads each to its bucket (`loop.bucket_length` with
+draw for `--steps` steps (`order.sft_batch_indices`: random, or grouped by length for each
+`train.sft_group_by_length` in --groups) and pads each to its bucket (`order.bucket_length` with
 --sft_buckets widths), as `loop.run_sft` does. Prints per setting the share of token positions
 that are padding, the positions a step computes against the random batches' (the update's FLOPs
 follow positions; attention's part grows with the width squared), the widths used (one compiled
@@ -31,7 +31,7 @@ from memr1.env.policy import TextPolicy
 from memr1.models.hf_io import config_from_hf
 from memr1.models.tokenizer import load_tokenizer, special_ids
 from memr1.torchless import without_torch
-from memr1.train.order import batch_indices, bucket_length, grouped_batch_indices
+from memr1.train.order import bucket_length, sft_batch_indices
 from memr1.train.sft import read_sft_pairs
 
 
@@ -66,10 +66,7 @@ def replay(lengths, *, batch: int, steps: int, length: int, buckets: int, seed: 
     """The padding of `steps` SFT steps drawn as `loop.run_sft` draws them."""
     real, positions, widths = 0, 0, set()
     for step in range(steps):
-        if group:
-            idx = grouped_batch_indices(lengths, batch, step, seed, group)
-        else:
-            idx = batch_indices(len(lengths), batch, step, seed)
+        idx = sft_batch_indices(lengths, batch, step, seed, group)
         rows = [lengths[i] for i in idx]
         width = bucket_length(max(rows), length, buckets)
         real, positions = real + sum(rows), positions + width * len(rows)

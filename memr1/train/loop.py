@@ -37,7 +37,7 @@ from memr1.train.metrics_log import (
     progress,
     warn_shares,
 )
-from memr1.train.order import batch_indices, bucket_length, grouped_batch_indices
+from memr1.train.order import batch_indices, bucket_length, sft_batch_indices
 from memr1.train.sft import sft_batch
 from memr1.train.state import TrainSetup, TrainState, step_key
 from memr1.train.update import StepBuilder, shard_batch
@@ -232,10 +232,7 @@ def run_sft(
         # Every process computes the step's pairs and feeds its own slice of them; the padded
         # length is the longest row's on any process (the global batch has one shape).
         # With train.sft_group_by_length, a step's rows are of similar length (`order`).
-        if group := cfg.group_by_length:
-            idx = grouped_batch_indices(lengths, cfg.batch_size, step, cfg.seed, group)
-        else:
-            idx = batch_indices(len(pairs), cfg.batch_size, step, cfg.seed)
+        idx = sft_batch_indices(lengths, cfg.batch_size, step, cfg.seed, cfg.group_by_length)
         idx = idx[multihost.process_slice(len(idx), "pairs a step (batch_size)")]
         need = max(multihost.gather(max(lengths[i] for i in idx)))
         padded = bucket_length(need, length, cfg.sft_buckets)

@@ -55,6 +55,14 @@ def grouped_batch_indices(
     return batches[rng.permutation(per_epoch)[k]]
 
 
+def sft_batch_indices(lengths: Sequence[int], batch: int, step: int, seed: int, group: int):
+    """The rows of SFT step `step`: grouped by length when `group` (train.sft_group_by_length)
+    is > 0, else random (`batch_indices`)."""
+    if group:
+        return grouped_batch_indices(lengths, batch, step, seed, group)
+    return batch_indices(len(lengths), batch, step, seed)
+
+
 def bucket_length(need: int, length: int, n_buckets: int = 4) -> int:
     """The shortest of ``n_buckets`` padded lengths (multiples of 16 up to ``length``) >= need.
 
