@@ -148,6 +148,8 @@ def traces() -> dict[str, object]:
     (the first built the banks: traces.manager_rows); op_first: manager replies with each
     entry's event first and a repeat as an explicit NONE entry. Both off (1, False) in the
     demo whose numbers the README has; the "ops" arg turns them on (see ops_warm_start).
+    collision_copies: renamed variants of every collision turn, each with its own teacher draw
+    (traces.collision_rows; 0 in the README's demo).
     """
     return dict(
         direct_fraction=0.3,
@@ -157,6 +159,7 @@ def traces() -> dict[str, object]:
         answer_read_rows=800,
         draws_per_turn=1,
         op_first=False,
+        collision_copies=0,
     )
 
 

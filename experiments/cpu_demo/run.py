@@ -124,9 +124,19 @@ class SeedRun(SeedTuples):
             direct_fraction=t.direct_fraction,
             seed=self.seed,
         )
-        self.trace_mix = dict(mix.most_common())
         lists = augment.entity_lists(synth_config(self.c, self.seed))
+        collisions, collision_mix = traces.collision_rows(
+            read_tuples(self.tuples, "manager"),
+            MemZeroLikeTeacher(self.seed),
+            self.c.style,
+            lists,
+            t.collision_copies,
+            self.seed + 3,
+            op_first=t.op_first,
+        )
+        self.trace_mix = dict((mix + collision_mix).most_common())
         rows = augment.augment_rows(manager + answer, lists, t.rename_fraction, self.seed)
+        rows += collisions
         words = traces.target_words(manager + answer)
         rows += traces.manager_copy_rows(
             words,
