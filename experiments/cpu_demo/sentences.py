@@ -15,7 +15,8 @@ import dataclasses
 import re
 
 from memr1.data.synthloco.gold import join_items
-from memr1.data.synthloco.world import NUMBER_WORDS, SPECIES
+from memr1.data.synthloco.templates import OBSERVATIONS
+from memr1.data.synthloco.world import NUMBER_WORDS, SPECIES, article
 
 NAME = r"(?P<name>[A-Z][\w'-]*)"
 WORD = r"[\w'-]+"
@@ -145,6 +146,22 @@ def merged_pets(name: str, species: str, pets: tuple[str, ...]) -> str:
 def merged_hobbies(name: str, hobbies: tuple[str, ...]) -> str:
     """The manager teacher's merged hobby memory: "Andrew enjoys hiking and painting." """
     return f"{name} enjoys {join_items(list(hobbies))}."
+
+
+def current_form(change: Sentence) -> str:
+    """A changed value's memory as it holds now: the world's own sentence for the new value,
+    with its date and without the old value ("Andrew moved from Boston to Seattle yesterday."
+    -> "Andrew moved to Seattle yesterday."; "... planning a trip to Rome instead of Oslo." ->
+    "... planning a trip to Rome."). The teacher's UPDATE of a change writes it, so that the
+    merged memory no longer names the stale value a question about the current one would read.
+    """
+    if change.kind != "change":
+        raise ValueError(f"current_form: {change} is not a change")
+    template = OBSERVATIONS.get((change.key, "first", change.when is not None))
+    if template is None:
+        raise ValueError(f"current_form: synthloco has no sentence for {change.key!r}")
+    value = change.value
+    return template.format(name=change.name, value=value, a_value=article(value), when=change.when)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,8 +22,11 @@ The choices are drawn from a random stream seeded by the teacher's seed and the 
 later from the tuples are exactly what built the tuples' banks. Each choice at a collision is a
 distribution (``ManagerRates.distribution``); ``draws`` continues a turn's stream for more SFT
 rows than the one draw that built the banks (the demo's opt-in "ops" warm start). Memory texts
-are the fact sentences themselves (relative dates included, as Mem0 keeps them), or the merged
-list forms.
+are the fact sentences themselves (relative dates included, as Mem0 keeps them), the merged
+list forms, or, for the UPDATE of a changed value, the value as it now holds
+(``sentences.current_form``: "Andrew moved to Seattle yesterday.", the old city gone), so that
+an UPDATE leaves a memory a question about the current value reads right where the raw fact
+beside a DELETE+ADD still names the stale value.
 """
 
 from __future__ import annotations
@@ -34,7 +37,13 @@ import json
 import random
 from collections.abc import Sequence
 
-from experiments.cpu_demo.sentences import Sentence, merged_hobbies, merged_pets, parse_sentence
+from experiments.cpu_demo.sentences import (
+    Sentence,
+    current_form,
+    merged_hobbies,
+    merged_pets,
+    parse_sentence,
+)
 from memr1.env.manager_io import ADD, DELETE, NOOP, UPDATE, ManagerOp
 
 
@@ -187,7 +196,7 @@ class MemZeroLikeTeacher:
             used.add(target)  # each shown memory is acted on once, as the parser allows
         ops = {
             "merge": [ManagerOp(UPDATE, target, merge(old, new))] if case == "item" else None,
-            "update": [ManagerOp(UPDATE, target, fact)],
+            "update": [ManagerOp(UPDATE, target, current_form(new))] if case == "change" else None,
             "delete_add": [ManagerOp(DELETE, target, ""), ManagerOp(ADD, None, fact)],
             "delete": [ManagerOp(DELETE, target, "")],
             "noop": [ManagerOp(NOOP, target, old_text)] if explicit_none else [],

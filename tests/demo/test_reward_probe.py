@@ -40,7 +40,7 @@ def test_behaviours_on_a_list_item_a_change_and_a_repeat():
 
     move = Turn(("Andrew moved from Chicago to Seattle two days ago.",), ((2, home),))
     replies = behaviour_replies(move)
-    assert _ops(move, replies["clean"]) == [(UPDATE, 2, move.facts[0])]
+    assert _ops(move, replies["clean"]) == [(UPDATE, 2, "Andrew moved to Seattle two days ago.")]
     assert _ops(move, replies["add"]) == [(ADD, None, move.facts[0])]
 
     repeat = Turn((home,), ((2, home),))

@@ -281,8 +281,9 @@ def test_careful_manager_makes_every_choice_right():
     third = careful(["Andrew adopted another dog named Max two days ago."], [(7, merged[0].text)])
     assert third[0].text == "Andrew has three dogs: Toby, Buddy and Max."
     move = "Andrew moved from Boston to Denver yesterday."
+    # A change is merged as the value now holds: the new city with its date, the old one gone.
     assert [(op.kind, op.target, op.text) for op in careful([move], retrieved)] == [
-        (UPDATE, 2, move)
+        (UPDATE, 2, "Andrew moved to Denver yesterday.")
     ]
     assert _kinds(careful([CANCEL], retrieved)) == [(DELETE, 3)]
     assert careful(["Andrew lives in Boston."], retrieved) == []  # a repeat: NONE
