@@ -82,8 +82,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.answer = dict(
         steps=90, batch_size=16, lr=3e-4, max_new_tokens=40, renamed_copies=3, eval_every=15
     )
-    # GRPO/PPO of the Memory Manager through the frozen RL Answer Agent.
-    config.manager = dict(steps=30, batch_size=4, lr=1e-4, max_new_tokens=64, eval_every=5)
+    # GRPO/PPO of the Memory Manager through the frozen RL Answer Agent. min_overlap: its
+    # states only the turns whose fact collides with its top shown memory by word overlap
+    # (train.min_overlap, label-free; 0 = every turn with a linked question).
+    config.manager = dict(
+        steps=30, batch_size=4, lr=1e-4, max_new_tokens=64, eval_every=5, min_overlap=0.0
+    )
     # Both RL stages: G samples per state, learning-rate warm-up steps, no KL penalty to the
     # warm start. Every stage keeps its last checkpoint (and its best validated one).
     config.group_size = 8

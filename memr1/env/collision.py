@@ -56,3 +56,22 @@ def collision_score(facts: Sequence[str], shown: Sequence[str]) -> float:
     if not shown:
         return 0.0
     return max((word_overlap(fact, shown[0]) for fact in facts), default=0.0)
+
+
+def collision_states(records: Sequence, min_overlap: float) -> list:
+    """The manager tuples (anything with ``facts`` and ``retrieved``: (id, text) pairs in
+    retrieval order) whose turn's ``collision_score`` is at least ``min_overlap``: the manager
+    stage's states chosen by the proxy alone, no gold label read. 0 keeps every record.
+
+    Raises:
+      ValueError: ``min_overlap`` outside [0, 1].
+    """
+    if not 0.0 <= min_overlap <= 1.0:
+        raise ValueError(f"train.min_overlap must be in [0, 1], got {min_overlap}")
+    if min_overlap == 0.0:
+        return list(records)
+    return [
+        r
+        for r in records
+        if collision_score(list(r.facts), [text for _, text in r.retrieved]) >= min_overlap
+    ]

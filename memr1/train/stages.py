@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from absl import logging
+
 from memr1.env import load, rollout
 from memr1.env.answer import AnswerConfig
+from memr1.env.collision import collision_states
 from memr1.env.manager_reward import RewardEnv
 from memr1.env.memory_store import BankSpec
 from memr1.env.policy import SamplingConfig
@@ -64,6 +67,20 @@ def rl_states(config, models: Models, policy, tuples, env=None) -> tuple[list, C
     records = read_tuples(tuples, "manager")
     if t.only_turns_with_qa:
         records = [r for r in records if r.has_qa]
+    if t.min_overlap > 0:
+        kept = collision_states(records, t.min_overlap)
+        logging.info(
+            "manager states: %d of %d turns collide (word overlap >= %g)",
+            len(kept),
+            len(records),
+            t.min_overlap,
+        )
+        if not kept:
+            raise ValueError(
+                f"{tuples}: no manager state has a word overlap >= train.min_overlap="
+                f"{t.min_overlap} with its top shown memory ({len(records)} turns)"
+            )
+        records = kept
     states = [rollout.manager_state_from_tuple(x) for x in records]
     env = env or reward_env(config, models)
 

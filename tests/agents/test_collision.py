@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from memr1.env.collision import collision_score, content_words, word_overlap
+from memr1.env.collision import collision_score, collision_states, content_words, word_overlap
 
 
 def test_content_words_drop_function_words_case_and_possessives():
@@ -61,3 +61,22 @@ def test_collision_score_reads_the_top_shown_memory_only():
     assert collision_score([], [top]) == 0.0
     # several facts: the largest overlap with the one list's top memory
     assert collision_score(["Jon works as a baker.", fact], [other]) == pytest.approx(3 / 5)
+
+
+class _Turn:
+    def __init__(self, fact, *shown):
+        self.facts, self.retrieved = (fact,), tuple(enumerate(shown))
+
+
+def test_collision_states_keep_the_turns_whose_fact_overlaps_its_top_memory():
+    repeat = _Turn("Nadia lives in Austin.", "Nadia lives in Austin.", "Nadia works as a nurse.")
+    change = _Turn("Nadia moved from Austin to Denver yesterday.", "Nadia lives in Austin.")
+    new = _Turn("Nadia works as a baker.", "Nadia lives in Austin.")
+    buried = _Turn("Nadia lives in Austin.", "Nadia works as a nurse.", "Nadia lives in Austin.")
+    alone = _Turn("Nadia lives in Austin.")
+    turns = [repeat, change, new, buried, alone]
+    assert collision_states(turns, 0.5) == [repeat, change]  # the top shown memory only
+    assert collision_states(turns, 0.0) == turns
+    assert collision_states(turns, 1.0) == [repeat]
+    with pytest.raises(ValueError, match="min_overlap must be in"):
+        collision_states(turns, 1.5)
