@@ -19,7 +19,7 @@ import numpy as np
 
 from memr1 import memory as mem
 from memr1.env.answer import AnswerConfig, answer_over_banks
-from memr1.env.manager_io import ManagerOp, parse_manager_output
+from memr1.env.manager_io import NOOP, ManagerOp, parse_manager_output
 from memr1.env.memory_store import BankSpec, BankView, EmbedFn, host_arrays
 from memr1.env.policy import TextPolicy
 from memr1.eval.metrics import exact_match
@@ -221,3 +221,31 @@ def manager_rewards(
         "answerer_prompt_cut_frac": sum(r.prompt_cut for r in replies) / n_replies,
     }
     return Rewards(rewards, parsed_all, stats)
+
+
+# The operations a sample can hold, as signal_by_op names them (NONE: no effective op).
+SIGNAL_OPS = ("add", "update", "delete", "none")
+SIGNAL_KEYS = tuple(f"signal_{op}_{way}" for op in SIGNAL_OPS for way in ("up", "down"))
+
+
+def signal_by_op(parsed: Sequence[Sequence[Sequence[ManagerOp]]], rewards: np.ndarray) -> dict:
+    """Per operation, the share of the step's samples whose reward is above
+    (``signal_<op>_up``) or below (``signal_<op>_down``) their group's mean: the samples a
+    group-relative advantage pushes up or down, so the log shows which operations the stage's
+    gradient is about. A sample counts once for each distinct effective op it holds
+    (DELETE+ADD for both); one with none (an empty or wholly invalid reply, a NONE) counts as
+    "none". Shares, so that the mean over processes (`multihost.merge_stats`) is the step's;
+    every key, zeros included.
+    """
+    out = dict.fromkeys(SIGNAL_KEYS, 0.0)
+    rewards = np.asarray(rewards, np.float64)
+    share = 1.0 / max(rewards.size, 1)
+    for ops_group, group_rewards in zip(parsed, rewards):
+        mean = group_rewards.mean()
+        for ops, r in zip(ops_group, group_rewards):
+            if np.isclose(r, mean):
+                continue
+            kinds = {op.kind.lower() for op in ops if op.invalid is None and op.kind != NOOP}
+            for kind in kinds or {"none"}:
+                out[f"signal_{kind}_{'up' if r > mean else 'down'}"] += share
+    return out

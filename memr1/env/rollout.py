@@ -21,7 +21,7 @@ import numpy as np
 
 from memr1.env.answer_io import answer_prompt, extract_final_answer
 from memr1.env.manager_io import render_manager_input
-from memr1.env.manager_reward import ManagerState, RewardEnv, manager_rewards
+from memr1.env.manager_reward import ManagerState, RewardEnv, manager_rewards, signal_by_op
 from memr1.env.policy import Completion, SamplingConfig, TextPolicy
 from memr1.eval.metrics import exact_match, token_f1
 
@@ -138,6 +138,8 @@ def manager_rollout(
         "prompt_truncated_frac": prompt_truncated_frac(groups),
         **scored.stats,
         **{f"op_{k.lower()}_frac": v / total for k, v in sorted(kinds.items())},
+        # Which operations the step's advantages are about (samples above / below their mean).
+        **signal_by_op(scored.parsed, scored.rewards),
         "time_sample_s": sampled - start,
         "time_reward_s": time.perf_counter() - sampled,
     }
