@@ -103,3 +103,26 @@ def renamed_answer_states(
     for _ in range(copies):
         out += [rename_answer_tuple(t, random_renaming(lists, rng)) for t in tuples]
     return out
+
+
+def oversampled_answer_states(
+    tuples: Sequence[AnswerTuple],
+    kinds: Sequence[str],
+    lists: Sequence[Sequence[str]],
+    copies: int,
+    seed: int,
+) -> list[AnswerTuple]:
+    """``copies`` renamed copies of each tuple whose question is of one of the template
+    ``kinds`` (``sentences.parse_question``'s kinds, e.g. "pet_names", "trip"): more RL states
+    for the questions the manager's operations decide, chosen by what the question asks, not
+    by any gold operation. Each copy has its own renaming, as in ``renamed_answer_states``."""
+    from experiments.cpu_demo.sentences import parse_question
+
+    if copies < 0:
+        raise ValueError(f"oversample copies must be >= 0, got {copies}")
+    picked = []
+    for t in tuples:
+        q = parse_question(t.question)
+        if q is not None and q.kind in kinds:
+            picked.append(t)
+    return renamed_answer_states(picked, lists, copies, seed)[len(picked) :]

@@ -79,8 +79,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # before their first step, every `eval_every` steps and after the last (val/... in their
     # logs, the curves beside the rewards); validating changes no update, and the evaluation
     # still reads each stage's last step (its best validated one stays loadable as DIR:best).
+    # oversample_copies: further renamed copies of each tuple whose question template is one of
+    # oversample_kinds (augment.oversampled_answer_states; 0 in the README's demo).
     config.answer = dict(
-        steps=90, batch_size=16, lr=3e-4, max_new_tokens=40, renamed_copies=3, eval_every=15
+        steps=90,
+        batch_size=16,
+        lr=3e-4,
+        max_new_tokens=40,
+        renamed_copies=3,
+        eval_every=15,
+        oversample_kinds=LIST_AND_PLAN_KINDS + ("city", "job"),
+        oversample_copies=0,
     )
     # GRPO/PPO of the Memory Manager through the frozen RL Answer Agent. min_overlap: its
     # states only the turns whose fact collides with its top shown memory by word overlap

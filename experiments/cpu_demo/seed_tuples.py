@@ -109,8 +109,15 @@ class SeedTuples:
         copies = self.c.answer.renamed_copies
         lists = augment.entity_lists(synth_config(self.c, self.seed))
         answer = augment.renamed_answer_states(self.answer_tuples(), lists, copies, self.seed + 7)
+        a = self.c.answer
+        answer += augment.oversampled_answer_states(
+            self.answer_tuples(), a.oversample_kinds, lists, a.oversample_copies, self.seed + 8
+        )
         meta = {"answer_from": [str(d) for d in self.bank_dirs("answer")]}
         meta.update(manager_from=str(banks), renamed_copies=copies)
+        meta.update(
+            oversample_kinds=list(a.oversample_kinds), oversample_copies=a.oversample_copies
+        )
         write_tuples(self.rl_tuples, read_tuples(banks, "manager"), answer, meta, overwrite=True)
 
     def make_val_tuples(self) -> None:

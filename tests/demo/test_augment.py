@@ -8,6 +8,7 @@ import pytest
 
 from experiments.cpu_demo.augment import (
     augment_rows,
+    oversampled_answer_states,
     random_renaming,
     rename,
     rename_answer_tuple,
@@ -102,3 +103,20 @@ def test_renamed_answer_states_keeps_the_originals_and_adds_renamed_copies():
     assert renamed_answer_states([original], LISTS, 0, seed=0) == [original]
     with pytest.raises(ValueError, match="renamed copies"):
         renamed_answer_states([original], LISTS, -1, seed=0)
+
+
+def test_oversampled_states_are_renamed_copies_of_the_chosen_templates_only():
+    import dataclasses
+
+    lists_question = _answer_tuple()  # "What are the names of Andrew's dogs?": pet_names
+    food = dataclasses.replace(
+        lists_question, question="What is Andrew's favorite food?", answer="tacos"
+    )
+    extra = oversampled_answer_states([lists_question, food], ("pet_names",), LISTS, 4, seed=1)
+    assert len(extra) == 4
+    assert all(t.question.startswith("What are the names of") for t in extra)
+    assert lists_question not in extra  # copies only: the originals are the states already
+    assert oversampled_answer_states([lists_question, food], ("trip",), LISTS, 4, seed=1) == []
+    assert oversampled_answer_states([lists_question], ("pet_names",), LISTS, 0, seed=1) == []
+    with pytest.raises(ValueError, match="oversample copies"):
+        oversampled_answer_states([lists_question], ("pet_names",), LISTS, -1, seed=1)
