@@ -237,7 +237,10 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
     least that share of its content words with its top shown memory
     (`memr1.env.collision.collision_states`: a label-free proxy for a repeat, change, list item
     or cancellation; 0.5 finds 91% of the demo's collision turns at 98.7% precision); 0 = every
-    turn (with `only_turns_with_qa`, the paper's).
+    turn (with `only_turns_with_qa`, the paper's). `linked_qa` (manager stage): the questions
+    a state's reward reads, "cites" (the paper's: every question whose evidence cites the turn)
+    or "answerable" (only those whose every evidence turn was said by then:
+    `memr1.train.stages.linked_questions`).
     """
     return ml_collections.ConfigDict(
         {
@@ -275,6 +278,7 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
             "on_nonfinite": "skip",
             "only_turns_with_qa": True,
             "min_overlap": 0.0,
+            "linked_qa": "cites",
             "lora_rank": 0,
             "lora_alpha": 16.0,
             "lora_module_path": ".*attn|.*mlp",

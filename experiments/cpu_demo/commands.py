@@ -67,6 +67,7 @@ def stage_overrides(
         schedule(c.manager)
         o["train.eval_every"] = c.manager.eval_every
         o["train.min_overlap"] = c.manager.min_overlap
+        o["train.linked_qa"] = c.manager.linked_qa
         o["train.group_size"] = c.group_size
         # The frozen answerer answers the linked questions over the G candidate banks of a
         # state in one call (agents.answer_max_new_tokens bounds its replies, as in evaluation).

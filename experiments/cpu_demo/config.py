@@ -93,9 +93,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     )
     # GRPO/PPO of the Memory Manager through the frozen RL Answer Agent. min_overlap: its
     # states only the turns whose fact collides with its top shown memory by word overlap
-    # (train.min_overlap, label-free; 0 = every turn with a linked question).
+    # (train.min_overlap, label-free; 0 = every turn with a linked question). linked_qa:
+    # train.linked_qa, the questions a state's reward reads ("cites": the paper's, every one
+    # citing the turn; "answerable": only those the bank after the turn can answer).
     config.manager = dict(
-        steps=30, batch_size=4, lr=1e-4, max_new_tokens=64, eval_every=5, min_overlap=0.0
+        steps=30,
+        batch_size=4,
+        lr=1e-4,
+        max_new_tokens=64,
+        eval_every=5,
+        min_overlap=0.0,
+        linked_qa="cites",
     )
     # Both RL stages: G samples per state, learning-rate warm-up steps, no KL penalty to the
     # warm start. Every stage keeps its last checkpoint (and its best validated one).

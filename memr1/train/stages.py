@@ -3,6 +3,7 @@ them (the answer stage's exact match, the manager stage's through the frozen Ans
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from absl import logging
@@ -65,6 +66,7 @@ def rl_states(config, models: Models, policy, tuples, env=None) -> tuple[list, C
 
         return states, do_rollout
     records = read_tuples(tuples, "manager")
+    records = linked_questions(records, t.linked_qa)
     if t.only_turns_with_qa:
         records = [r for r in records if r.has_qa]
     if t.min_overlap > 0:
@@ -90,3 +92,24 @@ def rl_states(config, models: Models, policy, tuples, env=None) -> tuple[list, C
         )
 
     return states, do_rollout
+
+
+LINKED_QA = ("cites", "answerable")
+
+
+def linked_questions(records: list, linked_qa: str) -> list:
+    """The manager tuples with the questions their reward reads: "cites" (the paper's) every
+    question whose evidence cites the turn; "answerable" only those whose every evidence turn
+    was said by then (`LinkedQA.answerable_at`), so that no state is scored on a question its
+    bank cannot answer yet whatever the manager does."""
+    if linked_qa not in LINKED_QA:
+        raise ValueError(f"train.linked_qa must be one of {LINKED_QA}, got {linked_qa!r}")
+    if linked_qa == "cites":
+        return records
+    out = [
+        dataclasses.replace(r, qa=tuple(q for q in r.qa if q.answerable_at(r.dia_id)))
+        for r in records
+    ]
+    before, after = sum(len(r.qa) for r in records), sum(len(r.qa) for r in out)
+    logging.info("linked questions: %d of %d answerable at their turn", after, before)
+    return out

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,6 +62,25 @@ class LinkedQA:
     answer: str
     category: int
     evidence: tuple[str, ...]
+
+    def answerable_at(self, dia_id: str) -> bool:
+        """Whether every turn the evidence cites was said at or before ``dia_id``: the bank after
+        that turn can hold the whole answer. A question citing a later turn too (a list whose
+        last item comes later, a plan cancelled later) scores 0 there whatever the manager
+        does. Evidence that is not a "D<session>:<turn>" id cannot be ordered: answerable."""
+        now = turn_position(dia_id)
+        cited = [turn_position(e) for e in self.evidence]
+        return now is None or all(c is None or c <= now for c in cited)
+
+
+def turn_position(dia_id: str) -> tuple[int, int] | None:
+    """(session, turn) of a LoCoMo-style "D<session>:<turn>" id, the order turns were said in;
+    None for any other string."""
+    m = _DIA_ID.fullmatch(str(dia_id).strip())
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+_DIA_ID = re.compile(r"D(\d+):(\d+)")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -75,8 +75,9 @@ def test_the_full_demo_stages_run_with_these_flags():
         "--config.train.lr=0.0001",
         "--config.train.checkpoint_every=30",
         "--config.train.eval_every=5",
-        # Every turn with a linked question: no state chosen by the collision proxy.
+        # Every turn with a linked question, every question citing it (the paper's states).
         "--config.train.min_overlap=0.0",
+        "--config.train.linked_qa=cites",
         "--config.train.group_size=8",
         "--config.train.rollout_batch_size=8",
     ]

@@ -11,6 +11,7 @@ import pytest
 from memr1.env import rollout
 from memr1.train import stages
 from memr1.tuples import io as tuples_io
+from memr1.tuples.schema import LinkedQA, turn_position
 from tests.train import tiny
 
 
@@ -19,6 +20,8 @@ class _Turn:
     facts: tuple[str, ...]
     retrieved: tuple[tuple[int, str], ...]
     has_qa: bool = True
+    dia_id: str = "D1:1"
+    qa: tuple = ()
 
 
 HOME = "Nadia lives in Austin."
@@ -48,3 +51,32 @@ def test_no_colliding_turn_is_an_error_naming_the_setting(read, monkeypatch):
     config = tiny.config("runlocal,stage=manager", min_overlap=0.5)
     with pytest.raises(ValueError, match=r"tuples: no manager state .*min_overlap=0.5"):
         stages.rl_states(config, None, None, "tuples", env=object())
+
+
+def _qa(*evidence):
+    return LinkedQA(0, "Where does Nadia live?", "Denver", 1, tuple(evidence))
+
+
+def test_turn_positions_order_sessions_before_turns():
+    assert turn_position("D2:10") == (2, 10) and turn_position(" D10:1 ") == (10, 1)
+    assert turn_position("D2:10") > turn_position("D2:9") and turn_position("D3:1") > (2, 10)
+    assert turn_position("D2") is None and turn_position("session 2") is None
+
+
+def test_a_question_is_answerable_once_its_every_evidence_turn_was_said():
+    q = _qa("D1:4", "D2:7")
+    assert q.answerable_at("D2:7") and q.answerable_at("D3:1")
+    assert not q.answerable_at("D1:4") and not q.answerable_at("D2:6")
+    assert _qa("D1:4", "D?:x").answerable_at("D1:4")  # unordered evidence: kept
+    assert _qa("D9:9").answerable_at("turn 3")  # an unordered turn: kept
+
+
+def test_answerable_linked_questions_drop_what_a_later_turn_decides(monkeypatch):
+    early = _Turn(("Nadia adopted a dog named Toby.",), (), dia_id="D1:4")
+    early = dataclasses.replace(early, qa=(_qa("D1:4", "D2:7"), _qa("D1:4")))
+    late = dataclasses.replace(early, dia_id="D2:7", qa=(_qa("D1:4", "D2:7"),))
+    kept = stages.linked_questions([early, late], "answerable")
+    assert [len(r.qa) for r in kept] == [1, 1] and kept[0].qa == (_qa("D1:4"),)
+    assert stages.linked_questions([early, late], "cites") == [early, late]
+    with pytest.raises(ValueError, match="linked_qa must be one of"):
+        stages.linked_questions([early], "later")
