@@ -157,9 +157,11 @@ def sft_validator(
     length: int,
     pad_id: int,
     chunk: int = 128,
+    buckets: int = 4,
 ) -> Validate:
     """The mean NLL per target token of every validation pair (batches of `batch_size` pairs
-    over the mesh, as SFT steps are; a short last batch is padded with empty rows)."""
+    over the mesh, as SFT steps are, padded to the same `buckets` widths; a short last batch is
+    padded with empty rows)."""
     if not pairs:
         raise ValueError("SFT validation: no validation pairs")
 
@@ -177,7 +179,10 @@ def sft_validator(
             rows = [chunk_pairs[i] for i in idx]
             need = max(multihost.gather(max(len(p) + len(t) for p, t in rows)))
             batch = sft_batch(
-                [p for p, _ in rows], [t for _, t in rows], bucket_length(need, length), pad_id
+                [p for p, _ in rows],
+                [t for _, t in rows],
+                bucket_length(need, length, buckets),
+                pad_id,
             )
             s, n = nll(params, shard_batch(setup, batch))
             total, count = total + float(s), count + float(n)
@@ -224,7 +229,10 @@ def read_records(config, val_tuples: str | None) -> list:
             )
     records = read_tuples(val_tuples, config.stage)
     if config.stage == "manager":
-        records = [r for r in records if r.has_qa]
+        from memr1.train.stages import linked_questions
+
+        # The stage's own reward: the questions train.linked_qa links, on every such turn.
+        records = [r for r in linked_questions(records, config.train.linked_qa) if r.has_qa]
     if not records:
         raise ValueError(f"--val_tuples {val_tuples}: no {config.stage} tuples to validate on")
     return records
@@ -255,4 +263,11 @@ def for_sft(config, setup: TrainSetup, policy: TextPolicy, val_sft_data, pad_id:
 
     t = config.train
     pairs = read_sft_pairs(val_sft_data, policy)
-    return sft_validator(setup, pairs, batch_size=t.batch_size, length=t.sft_length, pad_id=pad_id)
+    return sft_validator(
+        setup,
+        pairs,
+        batch_size=t.batch_size,
+        length=t.sft_length,
+        pad_id=pad_id,
+        buckets=t.sft_buckets,
+    )

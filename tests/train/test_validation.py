@@ -219,3 +219,28 @@ def test_process_shares_cover_the_set_once_even_when_uneven():
             list(range(n))[validators.process_share(n, index=i, count=count)] for i in range(count)
         ]
         assert sum(got, []) == list(range(n)), (n, count)
+
+
+@pytest.mark.parametrize("buckets, width", [(4, 160), (8, 144)])
+def test_sft_validation_pads_to_the_runs_own_bucket_widths(monkeypatch, buckets, width):
+    """train.sft_buckets reaches validation: a 115-token pair pads to the smallest of the run's
+    widths that holds it (4 widths up to 208: 64/112/160/208; 8: 32/64/80/112/144/...)."""
+    from memr1.train import validators
+
+    seen = []
+
+    class Seen(Exception):
+        pass
+
+    def sft_batch(prompts, targets, length, pad_id):
+        seen.append(length)
+        raise Seen
+
+    monkeypatch.setattr(validators, "sft_batch", sft_batch)
+    pairs = [([1] * 100, [2] * 15)]
+    validate = validators.sft_validator(
+        None, pairs, batch_size=1, length=208, pad_id=0, buckets=buckets
+    )
+    with pytest.raises(Seen):
+        validate(None, 0)
+    assert seen == [width]
