@@ -110,8 +110,9 @@ class SeedRun(SeedTuples):
             self.trace_mix = json.loads(mix_file.read_text())
             return
         t = self.c.traces
+        turns = read_tuples(self.tuples, "manager")
         manager, mix = traces.manager_rows(
-            read_tuples(self.tuples, "manager"),
+            turns,
             MemZeroLikeTeacher(self.seed),
             self.c.style,
             draws=t.draws_per_turn,
@@ -126,7 +127,7 @@ class SeedRun(SeedTuples):
         )
         lists = augment.entity_lists(synth_config(self.c, self.seed))
         collisions, collision_mix = traces.collision_rows(
-            read_tuples(self.tuples, "manager"),
+            turns,
             MemZeroLikeTeacher(self.seed),
             self.c.style,
             lists,

@@ -108,10 +108,11 @@ class SeedTuples:
         banks = manager_banks[0]
         copies = self.c.answer.renamed_copies
         lists = augment.entity_lists(synth_config(self.c, self.seed))
-        answer = augment.renamed_answer_states(self.answer_tuples(), lists, copies, self.seed + 7)
+        originals = self.answer_tuples()
+        answer = augment.renamed_answer_states(originals, lists, copies, self.seed + 7)
         a = self.c.answer
         answer += augment.oversampled_answer_states(
-            self.answer_tuples(), a.oversample_kinds, lists, a.oversample_copies, self.seed + 8
+            originals, a.oversample_kinds, lists, a.oversample_copies, self.seed + 8
         )
         meta = {"answer_from": [str(d) for d in self.bank_dirs("answer")]}
         meta.update(manager_from=str(banks), renamed_copies=copies)

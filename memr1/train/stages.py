@@ -69,8 +69,9 @@ def rl_states(config, models: Models, policy, tuples, env=None) -> tuple[list, C
     records = linked_questions(records, t.linked_qa)
     if t.only_turns_with_qa:
         records = [r for r in records if r.has_qa]
+    # Every value is checked (collision_states raises outside [0, 1]); 0 keeps every turn.
+    kept = collision_states(records, t.min_overlap)
     if t.min_overlap > 0:
-        kept = collision_states(records, t.min_overlap)
         logging.info(
             "manager states: %d of %d turns collide (word overlap >= %g)",
             len(kept),
@@ -82,7 +83,7 @@ def rl_states(config, models: Models, policy, tuples, env=None) -> tuple[list, C
                 f"{tuples}: no manager state has a word overlap >= train.min_overlap="
                 f"{t.min_overlap} with its top shown memory ({len(records)} turns)"
             )
-        records = kept
+    records = kept
     states = [rollout.manager_state_from_tuple(x) for x in records]
     env = env or reward_env(config, models)
 

@@ -10,7 +10,7 @@ import pytest
 from experiments.cpu_demo import traces
 from experiments.cpu_demo.teacher import ManagerRates, MemZeroLikeTeacher
 from memr1.env.manager_io import parse_manager_output
-from memr1.tuples.schema import ManagerTuple
+from tests.demo.turns import Turn
 
 NAMES = ("Andrew", "Maria", "Jon", "Nadia", "Sam", "Lena", "Omar", "Ines", "Tom", "Kira")
 LISTS = (NAMES, ("Toby", "Buddy", "Scout"), ("Boston", "Seattle", "Austin", "Denver"), ("Rome",))
@@ -23,23 +23,8 @@ TURNS = {
 NEW = ("Andrew works as a baker.", "Andrew lives in Boston.")
 
 
-def _tuple(fact: str, memory: str) -> ManagerTuple:
-    return ManagerTuple(
-        sample_id="c0",
-        dia_id="D1:3",
-        turn_index=2,
-        speaker="Andrew",
-        owner=0,
-        speakers=("Andrew", "Maria"),
-        session_date="1:00 pm on 8 May, 2023",
-        timestamp=0,
-        window_start=0,
-        facts=(fact,),
-        retrieved=((7, memory), (2, "Maria works as a nurse.")),
-        bank=(),
-        qa=(),
-        builder="observation",
-    )
+def _tuple(fact: str, memory: str) -> Turn:
+    return Turn((fact,), ((7, memory), (2, "Maria works as a nurse.")))
 
 
 @pytest.mark.parametrize("case", sorted(TURNS))

@@ -80,3 +80,9 @@ def test_answerable_linked_questions_drop_what_a_later_turn_decides(monkeypatch)
     assert stages.linked_questions([early, late], "cites") == [early, late]
     with pytest.raises(ValueError, match="linked_qa must be one of"):
         stages.linked_questions([early], "later")
+
+
+def test_a_negative_min_overlap_is_refused_not_ignored(read):
+    config = tiny.config("runlocal,stage=manager", min_overlap=-0.5)
+    with pytest.raises(ValueError, match=r"min_overlap must be in \[0, 1\]"):
+        stages.rl_states(config, None, None, "tuples", env=object())
