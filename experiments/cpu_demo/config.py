@@ -72,39 +72,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.sft = dict(
         steps=1400, batch_size=8, lr=3e-3, warmup_steps=10, group_by_length=0, buckets=4
     )
-    # GRPO/PPO of the Answer Agent, over the train answer tuples and `renamed_copies` copies of
-    # each with their entities renamed (augment.renamed_answer_states). 90 steps: on validation
-    # as good as 120 for the Answer Agent and the manager stage after it (docs/demo.md).
-    # `eval_every`: both RL stages validate greedily on the validation conversations' tuples
-    # before their first step, every `eval_every` steps and after the last (val/... in their
-    # logs, the curves beside the rewards); validating changes no update, and the evaluation
-    # still reads each stage's last step (its best validated one stays loadable as DIR:best).
-    # oversample_copies: further renamed copies of each tuple whose question template is one of
-    # oversample_kinds (augment.oversampled_answer_states; 0 in the README's demo).
-    config.answer = dict(
-        steps=90,
-        batch_size=16,
-        lr=3e-4,
-        max_new_tokens=40,
-        renamed_copies=3,
-        eval_every=15,
-        oversample_kinds=LIST_AND_PLAN_KINDS + ("city", "job"),
-        oversample_copies=0,
-    )
-    # GRPO/PPO of the Memory Manager through the frozen RL Answer Agent. min_overlap: its
-    # states only the turns whose fact collides with its top shown memory by word overlap
-    # (train.min_overlap, label-free; 0 = every turn with a linked question). linked_qa:
-    # train.linked_qa, the questions a state's reward reads ("cites": the paper's, every one
-    # citing the turn; "answerable": only those the bank after the turn can answer).
-    config.manager = dict(
-        steps=30,
-        batch_size=4,
-        lr=1e-4,
-        max_new_tokens=64,
-        eval_every=5,
-        min_overlap=0.0,
-        linked_qa="cites",
-    )
+    config.answer = answer_stage()
+    config.manager = manager_stage()
     # Both RL stages: G samples per state, learning-rate warm-up steps, no KL penalty to the
     # warm start. Every stage keeps its last checkpoint (and its best validated one).
     config.group_size = 8
@@ -154,6 +123,52 @@ def world() -> dict[str, object]:
         num_events=4,
         change_questions=True,
         cite_repeats=True,
+    )
+
+
+def answer_stage() -> dict[str, object]:
+    """The Answer Agent's RL stage: fields of `config.answer`.
+
+    GRPO/PPO of the Answer Agent, over the train answer tuples and `renamed_copies` copies
+    of each with their entities renamed (augment.renamed_answer_states). 90 steps: on
+    validation as good as 120 for the Answer Agent and the manager stage after it
+    (docs/demo.md). `eval_every`: both RL stages validate greedily on the validation
+    conversations' tuples before their first step, every `eval_every` steps and after the
+    last (val/... in their logs, the curves beside the rewards); validating changes no
+    update, and the evaluation still reads each stage's last step (its best validated one
+    stays loadable as DIR:best). oversample_copies: further renamed copies of each tuple
+    whose question template is one of oversample_kinds (augment.oversampled_answer_states; 0
+    in the README's demo).
+    """
+    return dict(
+        steps=90,
+        batch_size=16,
+        lr=3e-4,
+        max_new_tokens=40,
+        renamed_copies=3,
+        eval_every=15,
+        oversample_kinds=LIST_AND_PLAN_KINDS + ("city", "job"),
+        oversample_copies=0,
+    )
+
+
+def manager_stage() -> dict[str, object]:
+    """The Memory Manager's RL stage: fields of `config.manager`.
+
+    GRPO/PPO of the Memory Manager through the frozen RL Answer Agent. min_overlap: its
+    states only the turns whose fact collides with its top shown memory by word overlap
+    (train.min_overlap, label-free; 0 = every turn with a linked question). linked_qa:
+    train.linked_qa, the questions a state's reward reads ("cites": the paper's, every one
+    citing the turn; "answerable": only those the bank after the turn can answer).
+    """
+    return dict(
+        steps=30,
+        batch_size=4,
+        lr=1e-4,
+        max_new_tokens=64,
+        eval_every=5,
+        min_overlap=0.0,
+        linked_qa="cites",
     )
 
 
