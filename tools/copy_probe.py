@@ -4,11 +4,14 @@ experiments/cpu_demo/probe.py.
   python tools/copy_probe.py work/demo/seed-0                       # the SFT warm start
   python tools/copy_probe.py work/demo/seed-0 --checkpoint work/demo/seed-0/answer_grpo/checkpoints
   python tools/copy_probe.py work/demo/seed-0 --split test --out probe.json
+  python tools/copy_probe.py work/ops/seed-0 --config experiments/cpu_demo/config.py:ops
 
 Scores, under teacher forcing on the teachers' replies to a held-out split, every target token
 that names something and occurs in the prompt: the share the policy ranks first and its mean
 probability. Chance (guessing among the world's names) is about 0.1; docs/demo.md explains why
-this number, not EM, says whether a warm start can be improved by RL. Prints a table and writes
+this number, not EM, says whether a warm start can be improved by RL. The teachers' replies
+are written as the run's config writes its traces (--config: the same FILE[:ARG] as the run's;
+an op-first warm start is scored on op-first replies). Prints a table and writes
 JSON (--out; default SEED_DIR/copy_probe_<split>.json).
 """
 
@@ -22,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from experiments.cpu_demo.config import get_config
+from experiments.cpu_demo.__main__ import read_config
 from experiments.cpu_demo.probe import AGENTS, probe_checkpoint
 from experiments.cpu_demo.run import SeedRun, check_seed_dir
 from memr1.atomic import write_json_atomic
@@ -41,8 +44,11 @@ def main(argv=None) -> int:
     parser.add_argument("--split", choices=("validation", "test"), default="validation")
     parser.add_argument("--max_rows", type=int, default=200, help="rows per agent")
     parser.add_argument("--quick", action="store_true", help="the folder is a --quick demo's")
+    parser.add_argument("--config", default=None, help="the run's demo config as FILE[:ARG]")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.quick and args.config is not None:
+        parser.error("--quick is --config experiments/cpu_demo/config.py:quick; pass one of them")
 
     seed_dir = args.seed_dir
     try:
@@ -51,6 +57,7 @@ def main(argv=None) -> int:
             ("base/config.json", "data/metadata.json", f"data/{args.split}.json"),
             args.seed,
         )
+        config = read_config(args.config, quick=args.quick)
     except ValueError as e:
         parser.error(str(e))
     checkpoint = args.checkpoint or str(seed_dir / "sft" / "checkpoints")
@@ -58,7 +65,6 @@ def main(argv=None) -> int:
 
     if not Path(split_spec(checkpoint)[0]).is_dir():
         parser.error(f"checkpoint {checkpoint}: not a directory (an Orbax train checkpoints dir)")
-    config = get_config("quick" if args.quick else None)
     run = SeedRun(config, seed, seed_dir, algo="grpo", log=lambda _: None)
     result = probe_checkpoint(run, checkpoint, args.split, max_rows=args.max_rows)
 

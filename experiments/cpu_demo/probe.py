@@ -108,14 +108,16 @@ def score_rows(
 
 def teacher_rows(seed_run, split: str, *, max_rows: int = 200) -> dict[str, list[dict]]:
     """The two teachers' rows on ``split`` of a demo seed (banks built by the manager teacher,
-    as for the training traces), at most ``max_rows`` per agent, manager rows in a seeded random
-    order."""
+    as for the training traces, replies in the run's own format: traces.op_first), at most
+    ``max_rows`` per agent, manager rows in a seeded random order."""
     from experiments.cpu_demo import traces
     from experiments.cpu_demo.teacher import MemZeroLikeTeacher
 
     built = seed_run.teacher_tuples(split)
     teacher = MemZeroLikeTeacher(seed_run.seed)
-    manager, _ = traces.manager_rows(built.manager, teacher, seed_run.c.style)
+    manager, _ = traces.manager_rows(
+        built.manager, teacher, seed_run.c.style, op_first=seed_run.c.traces.op_first
+    )
     random.Random(seed_run.seed).shuffle(manager)
     answer = traces.answer_rows(
         built.answer,

@@ -56,3 +56,23 @@ def test_probe_tool_names_what_is_missing(tmp_path, capsys, tool, needed, argv):
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "sft/checkpoints: not a directory" in err
     assert not list(seed_dir.glob("*_probe_*.json"))  # nothing written
+
+
+@pytest.mark.parametrize("op_first", [False, True])
+def test_copy_probe_scores_the_replies_in_the_runs_own_format(op_first):
+    from types import SimpleNamespace
+
+    from experiments.cpu_demo.probe import teacher_rows
+    from tests.demo.turns import Turn
+
+    turns = [Turn(("Ana moved to Austin last year.",), ()), Turn(("Ana likes jazz.",), ())]
+    run = SimpleNamespace(
+        seed=0,
+        teacher_tuples=lambda split: SimpleNamespace(manager=turns, answer=[]),
+        answer_teacher=lambda: None,
+        c=SimpleNamespace(style="compact", traces=SimpleNamespace(op_first=op_first)),
+    )
+    rows = teacher_rows(run, "validation")["manager"]
+    assert len(rows) == 2
+    first = '{"memory": [{"event": "ADD"' if op_first else '{"memory": [{"id": "0"'
+    assert all(r["target"].startswith(first) for r in rows), [r["target"] for r in rows]
