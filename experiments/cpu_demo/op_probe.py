@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from memr1.env.collision import collision_score
+from memr1.env.collision import COLLIDES, collision_score
 from memr1.env.manager_io import ADD, DELETE, NOOP, UPDATE, ManagerOp, parse_manager_output
 from memr1.env.manager_reward import is_malformed
 
@@ -49,7 +49,7 @@ RIGHT = {
 # Issue 26's thresholds on the share of samples doing the right operation.
 GATE = {"new": 0.85, "repeat": 0.45, "change": 0.25, "list": 0.25, "cancel": 0.25}
 # The overlap at or above which a state counts as a collision in the proxy's report.
-OVERLAP_THRESHOLD = 0.5
+OVERLAP_THRESHOLD = COLLIDES
 
 
 def gold_kind(entry: Mapping[str, Any]) -> str:

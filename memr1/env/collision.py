@@ -22,6 +22,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+# The collision score at which a turn counts as a collision: the manager stage's states
+# (train.min_overlap in the demo's "ops" config), the compact prompt's " (related)" mark and the
+# op probe's report. At 0.5 it selects 237 of seed 0's 460 manager-stage states, 98.7% of them
+# collisions.
+COLLIDES = 0.5
+
 _WORD = re.compile(r"[a-z0-9]+")
 # Articles, prepositions, pronouns and auxiliaries: shared by unrelated sentences alike.
 STOPWORDS = frozenset(

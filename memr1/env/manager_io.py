@@ -28,6 +28,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from memr1.env.collision import COLLIDES, collision_score
 from memr1.env.jsonish import Found, PartialDict, PartialList, find_values
 from memr1.env.prompts import Message, check_style, get_template, one_line
 
@@ -114,7 +115,11 @@ def render_manager_input(
       facts: the new facts of the turn.
       retrieved: ``(real_id, text)`` of the memories retrieved for those facts; a real id that
         appears twice is shown once, at its first position.
-      style: "full" or "compact".
+      style: "full" or "compact". The compact style, for the tiny demo models, also marks the
+        top shown memory " (related)" when the turn collides with it (the label-free proxy of
+        `memr1.env.collision`, score >= COLLIDES): a 4-layer warm start did not learn to compare a
+        fact with a shown memory by itself, and chose ADD as often at a collision as for a new
+        fact (docs/demo.md, 2026-12-03). The full style shows what the paper's prompt shows.
       session_date: when the facts were said (the session's date as text); the manager needs it
         to turn relative time in a fact into a date in the memory. Omitted when None.
 
@@ -139,7 +144,11 @@ def render_manager_input(
         # Quoted as the reply will quote them: a byte-level BPE cuts "Nadia after a quote and
         # " Nadia" after a space into different tokens, so an unquoted fact would have to be
         # copied into the JSON reply through a change of token (docs/demo.md).
-        memories = "\n".join(f"{i}: {_quoted(text)}" for i, text in shown) or "(none)"
+        mark = " (related)" if collision_score(facts, [t for _, t in shown]) >= COLLIDES else ""
+        memories = (
+            "\n".join(f"{i}: {_quoted(text)}{mark if i == 0 else ''}" for i, text in shown)
+            or "(none)"
+        )
         fact_block = "\n".join(f"- {_quoted(fact)}" for fact in facts) or "(none)"
     if session_date is None:
         date_line = ""

@@ -138,7 +138,8 @@ def test_manager_input_renumbers_ids(style):
             {"id": "2", "text": "Priya swims"},
         ]
     else:
-        shown = '0: "Priya has a cat called Miso"\n1: "Priya likes tea"\n2: "Priya swims"'
+        # The second cat collides with the top memory (cat, priya): marked, see below.
+        shown = '0: "Priya has a cat called Miso" (related)\n1: "Priya likes tea"\n2: "Priya swims"'
         assert shown in body
     assert system["content"] == get_template("manager", style).system
 
@@ -207,3 +208,18 @@ def test_compact_manager_input_keeps_one_memory_per_line():
     (_, user), _ = render_manager_input(["a\nfact"], [(5, "two\nlines")], style="compact")
     assert '0: "two lines"\n' in user["content"]
     assert '- "a fact"' in user["content"]
+
+
+def test_compact_manager_input_marks_a_colliding_top_memory_only():
+    fact = ["Ana moved from Denver to Austin yesterday."]
+    shown = [(3, "Ana lives in Denver."), (5, "Ana moved from Denver to Austin in May.")]
+    (_, user), _ = render_manager_input(fact, shown, style="compact")
+    lines = user["content"].split("\n")
+    # The top memory shares ana, denver (2 of its 3 content words): marked. The second overlaps
+    # more, but only the top memory is the proxy's, as in collision.collision_score.
+    assert '0: "Ana lives in Denver." (related)' in lines
+    assert '1: "Ana moved from Denver to Austin in May."' in lines
+    (_, user), _ = render_manager_input(["Ana likes jazz."], shown[:1], style="compact")
+    assert '0: "Ana lives in Denver."' in user["content"].split("\n")
+    (_, user), _ = render_manager_input(fact, shown, style="full")
+    assert "related" not in user["content"]

@@ -4,6 +4,7 @@ the Mem0-like teacher has a choice, each with the teacher's own draw on the rena
 from __future__ import annotations
 
 import collections
+import re
 
 import pytest
 
@@ -58,7 +59,9 @@ def test_each_variant_is_the_teachers_draw_on_its_own_renamed_turn():
     for row in rows:
         prompt = row["messages"][-1]["content"]
         fact = next(line[3:-1] for line in prompt.splitlines() if line.startswith('- "'))
-        shown = [line[4:-1] for line in prompt.splitlines() if line[:4] in ('0: "', '1: "')]
+        # A shown memory's line is 'i: "text"', the top one marked ' (related)' at a collision.
+        shown = [m[1] for m in re.finditer(r'^[01]: "(.*)"(?: \(related\))?$', prompt, re.M)]
+        assert prompt.count(" (related)") == 1
         memory = shown[0]
         want = teacher([fact], [(7, shown[0]), (2, shown[1])])
         id_map = {0: 7, 1: 2}
