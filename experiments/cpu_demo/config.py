@@ -4,7 +4,7 @@
   python -m experiments.cpu_demo --config experiments/cpu_demo/config.py:quick  # = --quick
 
 Keys of the arg string: quick (every stage in a few steps on a world of four conversations,
-the end-to-end test: nothing learns), ops (the opt-in warm start of `ops_warm_start`). The
+the end-to-end test: nothing learns), ops (the opt-in recipe of `ops_recipe`). The
 returned ConfigDict is locked.
 
 Everything the demo trains and measures is sized here. One seed takes about 16–17 minutes on
@@ -83,7 +83,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # Rows per sampler call in evaluation.
     config.eval_batch_size = 8
     if v["ops"]:
-        ops_warm_start(config)
+        ops_recipe(config)
     if v["quick"]:
         quick(config)
     config.lock()
@@ -183,7 +183,7 @@ def traces() -> dict[str, object]:
     collides with a shown memory), each a draw of its choice from the turn's random stream
     (the first built the banks: traces.manager_rows); op_first: manager replies with each
     entry's event first and a repeat as an explicit NONE entry. Both off (1, False) in the
-    demo whose numbers the README has; the "ops" arg turns them on (see ops_warm_start).
+    demo whose numbers the README has; the "ops" arg turns them on (see ops_recipe).
     collision_copies: renamed variants of every collision turn, each with its own teacher draw
     (traces.collision_rows; 0 in the README's demo).
     """
@@ -199,12 +199,22 @@ def traces() -> dict[str, object]:
     )
 
 
-def ops_warm_start(config: ml_collections.ConfigDict) -> None:
-    """A warm start that samples every operation (issue 26; opt-in, not the measured default):
-    replies with the operation first and NONE as an explicit entry, four draws of the teacher's
-    choice per collision turn, half the ADD-only manager copy rows. docs/demo.md has its
-    op-probe table against the default's."""
-    config.traces.update(draws_per_turn=4, op_first=True, manager_copy_rows=400)
+def ops_recipe(config: ml_collections.ConfigDict) -> None:
+    """Issue 26's recipe for a manager that learns its operations (opt-in, not yet the measured
+    default; docs/demo.md, 2026-12-03 (afternoon), has its probes).
+
+    The warm start: replies with the operation first and NONE as an explicit entry, four draws
+    of the teacher's choice per collision turn, and twice the default's manager copy rows (1,600:
+    with 400 the warm start stopped copying the fact into its reply, copy probe 0.13 against
+    0.70), 2,000 SFT steps in length-grouped batches at 8 widths. The manager stage: the states
+    whose fact collides with its top shown memory (min_overlap, label-free) and the linked
+    questions answerable at the state's turn. The answer stage: two more renamed copies of the
+    list, plan, city and job questions, whose answers the manager's operations decide.
+    """
+    config.traces.update(draws_per_turn=4, op_first=True, manager_copy_rows=1600)
+    config.sft.update(steps=2000, group_by_length=16, buckets=8)
+    config.manager.update(min_overlap=0.5, linked_qa="answerable")
+    config.answer.update(oversample_copies=2)
 
 
 def quick(config: ml_collections.ConfigDict) -> None:

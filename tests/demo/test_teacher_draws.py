@@ -154,14 +154,28 @@ def test_manager_rows_draw_collision_turns_several_times_the_first_as_built():
     assert many[0]["messages"] == one[0]["messages"]
 
 
-def test_the_ops_warm_start_is_opt_in_and_changes_the_traces_only():
+def test_the_ops_recipe_is_opt_in_and_changes_what_it_says():
     from experiments.cpu_demo.config import get_config
 
     default, ops = get_config().to_dict(), get_config("ops").to_dict()
     assert default["traces"]["draws_per_turn"] == 1 and default["traces"]["op_first"] is False
-    assert {k for k in default if default[k] != ops[k]} == {"traces"}
     changed = {
-        k: ops["traces"][k] for k in default["traces"] if default["traces"][k] != ops["traces"][k]
+        (part, k): ops[part][k]
+        for part in default
+        if isinstance(default[part], dict)
+        for k in default[part]
+        if default[part][k] != ops[part][k]
     }
-    assert changed == {"draws_per_turn": 4, "op_first": True, "manager_copy_rows": 400}
+    assert {k for k in default if default[k] != ops[k]} == {p for p, _ in changed}
+    assert changed == {
+        ("traces", "draws_per_turn"): 4,
+        ("traces", "op_first"): True,
+        ("traces", "manager_copy_rows"): 1600,
+        ("sft", "steps"): 2000,
+        ("sft", "group_by_length"): 16,
+        ("sft", "buckets"): 8,
+        ("manager", "min_overlap"): 0.5,
+        ("manager", "linked_qa"): "answerable",
+        ("answer", "oversample_copies"): 2,
+    }
     assert get_config("ops,quick").traces.op_first is True
