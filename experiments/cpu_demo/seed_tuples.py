@@ -100,25 +100,27 @@ class SeedTuples:
         manager tuples on the banks of ``config.banks.manager``."""
         from memr1.tuples import read_tuples, write_tuples
 
+        a = self.c.answer
+        settings = {
+            "renamed_copies": a.renamed_copies,
+            "oversample_kinds": list(a.oversample_kinds),
+            "oversample_copies": a.oversample_copies,
+        }
         if (self.rl_tuples / "metadata.json").is_file():
+            check_built_with(self.rl_tuples, settings)
             return
         manager_banks = self.bank_dirs("manager")
         if len(manager_banks) != 1:
             raise ValueError(f"config.banks.manager: name one kind of bank, got {manager_banks}")
         banks = manager_banks[0]
-        copies = self.c.answer.renamed_copies
         lists = augment.entity_lists(synth_config(self.c, self.seed))
         originals = self.answer_tuples()
-        answer = augment.renamed_answer_states(originals, lists, copies, self.seed + 7)
-        a = self.c.answer
+        answer = augment.renamed_answer_states(originals, lists, a.renamed_copies, self.seed + 7)
         answer += augment.oversampled_answer_states(
             originals, a.oversample_kinds, lists, a.oversample_copies, self.seed + 8
         )
         meta = {"answer_from": [str(d) for d in self.bank_dirs("answer")]}
-        meta.update(manager_from=str(banks), renamed_copies=copies)
-        meta.update(
-            oversample_kinds=list(a.oversample_kinds), oversample_copies=a.oversample_copies
-        )
+        meta.update(manager_from=str(banks), **settings)
         write_tuples(self.rl_tuples, read_tuples(banks, "manager"), answer, meta, overwrite=True)
 
     def make_val_tuples(self) -> None:
@@ -141,3 +143,26 @@ class SeedTuples:
         meta["manager_from"] = names["manager"][0]
         manager = built[names["manager"][0]].manager
         write_tuples(self.val_tuples, manager, answer, meta, overwrite=True)
+
+
+def check_built_with(folder: Path, settings: dict) -> None:
+    """A stage's folder is reused only if it was built with ``settings`` (its metadata's
+    "build" entries): a run with other settings would otherwise train on states it did not ask
+    for, silently.
+
+    Raises:
+      ValueError: naming the folder, each differing setting and both values.
+    """
+    import json
+
+    built = json.loads((folder / "metadata.json").read_text()).get("build", {})
+    diff = [
+        f"{k}: built {built.get(k)!r}, config {v!r}"
+        for k, v in settings.items()
+        if built.get(k) != v
+    ]
+    if diff:
+        raise ValueError(
+            f"{folder} was built with other settings ({'; '.join(diff)}): delete it or run "
+            "with --fresh"
+        )

@@ -174,3 +174,23 @@ def test_the_manager_stage_reads_one_kind_of_bank(tmp_path):
     with pytest.raises(ValueError, match="config.banks.manager: name one kind of bank"):
         run.make_rl_tuples()
     assert not run.rl_tuples.exists()  # nothing half written
+
+
+def test_rl_tuples_built_with_other_settings_are_not_reused(tmp_path):
+    import json
+
+    run = SeedRun(get_config(), 0, tmp_path, algo="grpo", log=print)
+    run.rl_tuples.mkdir()
+    built = {"renamed_copies": 3, "oversample_copies": 0}
+    built["oversample_kinds"] = list(get_config().answer.oversample_kinds)
+    meta = run.rl_tuples / "metadata.json"
+    meta.write_text(json.dumps({"build": built}))
+    run.make_rl_tuples()  # the same settings: reused as it is
+    assert json.loads(meta.read_text()) == {"build": built}
+    config = get_config()
+    with config.unlocked():
+        config.answer.oversample_copies = 2
+    other = SeedRun(config, 0, tmp_path, algo="grpo", log=print)
+    with pytest.raises(ValueError, match=r"rl_tuples was built with .*oversample_copies: built 0"):
+        other.make_rl_tuples()
+    assert json.loads(meta.read_text()) == {"build": built}  # the folder is left as it was
