@@ -47,8 +47,6 @@ def main(argv=None) -> int:
     parser.add_argument("--config", default=None, help="the run's demo config as FILE[:ARG]")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    if args.quick and args.config is not None:
-        parser.error("--quick is --config experiments/cpu_demo/config.py:quick; pass one of them")
 
     seed_dir = args.seed_dir
     try:

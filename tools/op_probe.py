@@ -45,7 +45,7 @@ def parse_args(argv):
     )
     parser.add_argument("--group_size", type=int, default=None, help="G (default: the demo's)")
     parser.add_argument("--max_states", type=int, default=None, help="default: all")
-    parser.add_argument("--threshold", type=float, default=op_probe.OVERLAP_THRESHOLD)
+    parser.add_argument("--threshold", type=float, default=op_probe.COLLIDES)
     parser.add_argument("--gate", action="store_true", help="exit 1 below issue 26's thresholds")
     parser.add_argument("--sample_seed", type=int, default=0, help="the sampling key's seed")
     parser.add_argument("--quick", action="store_true", help="the folder is a --quick demo's")

@@ -60,7 +60,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def read_config(spec: str | None, *, quick: bool = False) -> ml_collections.ConfigDict:
     """The demo's config from ``FILE[:ARG]`` (a file with ``get_config(arg)``), by default
-    experiments/cpu_demo/config.py (with arg "quick" when ``quick``)."""
+    experiments/cpu_demo/config.py (with arg "quick" when ``quick``).
+
+    Raises:
+      ValueError: ``quick`` with a ``spec`` (which would ignore it), or a spec that is not a
+        Python config file.
+    """
+    if quick and spec is not None:
+        raise ValueError(
+            "--quick is --config experiments/cpu_demo/config.py:quick; pass one of them"
+        )
     if spec is None:
         return demo_config.get_config("quick" if quick else None)
     path, _, arg = spec.partition(":")

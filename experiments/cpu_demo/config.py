@@ -22,6 +22,7 @@ import ml_collections
 from configs import base
 from experiments.cpu_demo.answer_teacher import LIST_AND_PLAN_KINDS
 from memr1.data.synthloco.world import SynthConfig
+from memr1.env.collision import COLLIDES
 
 DEFAULTS: dict[str, object] = {"quick": False, "ops": False}
 
@@ -213,7 +214,7 @@ def ops_recipe(config: ml_collections.ConfigDict) -> None:
     """
     config.traces.update(draws_per_turn=4, op_first=True, manager_copy_rows=1600)
     config.sft.update(steps=2000, group_by_length=16, buckets=8)
-    config.manager.update(min_overlap=0.5, linked_qa="answerable")
+    config.manager.update(min_overlap=COLLIDES, linked_qa="answerable")
     config.answer.update(oversample_copies=2)
 
 

@@ -48,8 +48,6 @@ RIGHT = {
 }
 # Issue 26's thresholds on the share of samples doing the right operation.
 GATE = {"new": 0.85, "repeat": 0.45, "change": 0.25, "list": 0.25, "cancel": 0.25}
-# The overlap at or above which a state counts as a collision in the proxy's report.
-OVERLAP_THRESHOLD = COLLIDES
 
 
 def gold_kind(entry: Mapping[str, Any]) -> str:
@@ -158,7 +156,7 @@ def collision_report(
     states: Sequence[Any],
     gold: Mapping[tuple[str, str], Mapping],
     *,
-    threshold: float = OVERLAP_THRESHOLD,
+    threshold: float = COLLIDES,
 ) -> dict[str, Any]:
     """How well the overlap proxy separates the kinds: per kind, its mean over the states and
     the share at or above ``threshold``; and the share of the states above it that collide

@@ -4,6 +4,7 @@ validation states built on the banks that ``config.banks`` names."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from experiments.cpu_demo import augment
@@ -153,8 +154,6 @@ def check_built_with(folder: Path, settings: dict) -> None:
     Raises:
       ValueError: naming the folder, each differing setting and both values.
     """
-    import json
-
     built = json.loads((folder / "metadata.json").read_text()).get("build", {})
     diff = [
         f"{k}: built {built.get(k)!r}, config {v!r}"

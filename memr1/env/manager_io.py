@@ -144,11 +144,10 @@ def render_manager_input(
         # Quoted as the reply will quote them: a byte-level BPE cuts "Nadia after a quote and
         # " Nadia" after a space into different tokens, so an unquoted fact would have to be
         # copied into the JSON reply through a change of token (docs/demo.md).
-        mark = " (related)" if collision_score(facts, [t for _, t in shown]) >= COLLIDES else ""
-        memories = (
-            "\n".join(f"{i}: {_quoted(text)}{mark if i == 0 else ''}" for i, text in shown)
-            or "(none)"
-        )
+        lines = [f"{i}: {_quoted(text)}" for i, text in shown]
+        if lines and collision_score(facts, [text for _, text in shown]) >= COLLIDES:
+            lines[0] += " (related)"
+        memories = "\n".join(lines) or "(none)"
         fact_block = "\n".join(f"- {_quoted(fact)}" for fact in facts) or "(none)"
     if session_date is None:
         date_line = ""

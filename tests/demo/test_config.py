@@ -194,3 +194,8 @@ def test_rl_tuples_built_with_other_settings_are_not_reused(tmp_path):
     with pytest.raises(ValueError, match=r"rl_tuples was built with .*oversample_copies: built 0"):
         other.make_rl_tuples()
     assert json.loads(meta.read_text()) == {"build": built}  # the folder is left as it was
+
+
+def test_read_config_refuses_quick_beside_a_config_file():
+    with pytest.raises(ValueError, match="pass one of them"):
+        read_config("experiments/cpu_demo/config.py", quick=True)
