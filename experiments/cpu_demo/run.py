@@ -18,11 +18,14 @@
 
 Every stage writes into its own folder of the seed's directory and is skipped when its output is
 already there, so an interrupted demo picks up where it stopped (training resumes from its last
-Orbax checkpoint). Wall time per stage goes to ``timings.json``.
+Orbax checkpoint). The traces, sft and rl_tuples folders record the settings they were built
+with and are reused only under the same ones (seed_tuples.check_built_with: a ValueError
+otherwise, the folder left as it is). Wall time per stage goes to ``timings.json``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -34,7 +37,7 @@ import ml_collections
 from experiments.cpu_demo import augment, read_rows, traces
 from experiments.cpu_demo.commands import config_flags, load_config, run_module, stage_overrides
 from experiments.cpu_demo.config import synth_config
-from experiments.cpu_demo.seed_tuples import SeedTuples
+from experiments.cpu_demo.seed_tuples import SeedTuples, check_built_with, record_build
 from experiments.cpu_demo.teacher import MemZeroLikeTeacher
 from memr1.data.synthloco import generate as synth
 from memr1.train.checkpoint import COMMIT_MARKER
@@ -106,7 +109,9 @@ class SeedRun(SeedTuples):
         from memr1.tuples import read_tuples
 
         mix_file = self.sft_data.with_name("manager_mix.json")
+        settings = self.trace_settings()
         if self.sft_data.is_file() and mix_file.is_file():
+            check_built_with(self.sft_data.parent, settings)
             self.trace_mix = json.loads(mix_file.read_text())
             return
         t = self.c.traces
@@ -152,7 +157,24 @@ class SeedRun(SeedTuples):
             words, t.answer_read_rows, k, self.seed + 2, self.c.style
         )
         traces.write_jsonl(self.sft_data, rows)
-        mix_file.write_text(json.dumps(self.trace_mix, indent=1) + "\n")
+        record_build(self.sft_data.parent, settings)
+        mix_file.write_text(json.dumps(self.trace_mix, indent=1) + "\n")  # the last: "done"
+
+    def trace_settings(self) -> dict:
+        """Everything the traces are a function of besides the seed and the tuples: what a
+        reused traces folder must have been built with (seed_tuples.check_built_with)."""
+        return {
+            "traces": self.c.traces.to_dict(),
+            "style": self.c.style,
+            "answer_teacher": self.c.answer_teacher.to_dict(),
+            "answer_banks": self.c.banks.answer,
+        }
+
+    def sft_settings(self) -> dict:
+        """What a reused (or resumed) SFT folder must have been trained with: the sft section
+        and the traces it read, by content."""
+        digest = hashlib.sha256(self.sft_data.read_bytes()).hexdigest()
+        return {"sft": self.c.sft.to_dict(), "traces_sha256": digest}
 
     def trace_texts(self) -> list[str]:
         """Prompt and target texts of the written SFT traces."""
@@ -204,6 +226,11 @@ class SeedRun(SeedTuples):
         from memr1.models import hf_export
         from memr1.train.checkpoint import restore_params
 
+        settings = self.sft_settings()
+        if self.sft.exists():  # reused or resumed: only if trained with these settings
+            check_built_with(self.sft, settings)
+        else:
+            record_build(self.sft, settings)
         overrides = stage_overrides(self.c, self.seed, stage="sft")
         overrides["train.sft_length"] = self.sft_length()
         self._train("stage=answer,algo=sft,runlocal", overrides, self.sft, sft_data=self.sft_data)

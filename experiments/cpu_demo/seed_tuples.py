@@ -12,6 +12,7 @@ from experiments.cpu_demo.answer_teacher import CarelessAnswerTeacher
 from experiments.cpu_demo.commands import load_config
 from experiments.cpu_demo.config import synth_config
 from experiments.cpu_demo.teacher import CAREFUL, MemZeroLikeTeacher
+from memr1.atomic import write_json_atomic
 from memr1.data.split import split_conversations
 
 BANKS = ("teacher", "careful")  # whose banks a stage's states are built on (config.banks)
@@ -148,20 +149,46 @@ class SeedTuples:
 
 def check_built_with(folder: Path, settings: dict) -> None:
     """A stage's folder is reused only if it was built with ``settings`` (its metadata's
-    "build" entries): a run with other settings would otherwise train on states it did not ask
-    for, silently.
+    "build" entries, as `record_build` or `memr1.tuples.write_tuples` wrote them): a run with
+    other settings would otherwise train on data it did not ask for, silently.
 
     Raises:
-      ValueError: naming the folder, each differing setting and both values.
+      ValueError: naming the folder and each differing setting with both values, or saying that
+        the folder holds no record of its settings (a folder from before they were recorded).
     """
-    built = json.loads((folder / "metadata.json").read_text()).get("build", {})
+    meta = folder / "metadata.json"
+    if not meta.is_file():
+        raise ValueError(
+            f"{folder} holds no record of the settings it was built with ({meta.name} is "
+            "missing): delete it or run with --fresh"
+        )
+    built = _flat(json.loads(meta.read_text()).get("build", {}))
+    want = _flat(json.loads(json.dumps(settings)))  # tuples compare as JSON's lists
     diff = [
-        f"{k}: built {built.get(k)!r}, config {v!r}"
-        for k, v in settings.items()
-        if built.get(k) != v
+        f"{k}: built {built.get(k, '(none)')!r}, config {v!r}"
+        for k, v in want.items()
+        if built.get(k, "(none)") != v
     ]
     if diff:
         raise ValueError(
             f"{folder} was built with other settings ({'; '.join(diff)}): delete it or run "
             "with --fresh"
         )
+
+
+def record_build(folder: Path, settings: dict) -> None:
+    """Writes ``settings`` as ``folder``'s metadata.json "build" entries (atomically), for
+    `check_built_with` to compare a later run's settings against."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(folder / "metadata.json", {"build": json.loads(json.dumps(settings))})
+
+
+def _flat(settings: dict, prefix: str = "") -> dict:
+    """``settings`` with its nested sections' keys spelled out ("traces.draws_per_turn")."""
+    out = {}
+    for k, v in settings.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out

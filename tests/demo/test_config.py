@@ -199,3 +199,30 @@ def test_rl_tuples_built_with_other_settings_are_not_reused(tmp_path):
 def test_read_config_refuses_quick_beside_a_config_file():
     with pytest.raises(ValueError, match="pass one of them"):
         read_config("experiments/cpu_demo/config.py", quick=True)
+
+
+def test_traces_and_sft_built_with_other_settings_are_not_reused(tmp_path):
+    from experiments.cpu_demo.seed_tuples import record_build
+
+    run = SeedRun(get_config("ops"), 0, tmp_path, algo="grpo", log=print)
+    run.sft_data.parent.mkdir()
+    run.sft_data.write_text('{"messages": [], "target": "x"}\n')
+    mix = run.sft_data.with_name("manager_mix.json")
+    mix.write_text('{"ADD": 1}\n')
+    with pytest.raises(ValueError, match=r"traces holds no record of the settings"):
+        run.make_traces()  # a folder from before the settings were recorded
+    record_build(run.sft_data.parent, run.trace_settings())
+    run.make_traces()  # the same settings: reused, its op mix read back
+    assert run.trace_mix == {"ADD": 1}
+    other = SeedRun(get_config(), 0, tmp_path, algo="grpo", log=print)
+    with pytest.raises(ValueError, match=r"traces.draws_per_turn: built 4, config 1"):
+        other.make_traces()
+    assert run.sft_data.read_text() == '{"messages": [], "target": "x"}\n'  # left as it was
+
+    record_build(run.sft, run.sft_settings())
+    with pytest.raises(ValueError, match=r"sft.steps: built 2000, config 1400"):
+        other.train_sft()  # refused before any step would resume
+    run.sft_data.write_text('{"messages": [], "target": "y"}\n')  # the traces rebuilt
+    with pytest.raises(ValueError, match=r"sft was built with .*traces_sha256"):
+        run.train_sft()
+    assert sorted(p.name for p in run.sft.iterdir()) == ["metadata.json"]
