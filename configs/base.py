@@ -250,6 +250,8 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
             "lr": 1e-6 if algo != "sft" else 1e-5,
             "critic_lr": 1e-5,
             "warmup_steps": 10,
+            # After the warmup: "constant" (the paper's RL setting) or "cosine" to 0 at `steps`.
+            "lr_decay": "constant",
             "clip_eps": 0.2,
             # Dual clip (verl's clip_ratio_c, always on there): a token with A < 0 adds at
             # most dual_clip·|A| to the loss, whatever its ratio; 0 turns it off.

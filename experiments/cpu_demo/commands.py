@@ -56,6 +56,7 @@ def stage_overrides(
         o["train.warmup_steps"] = c.sft.warmup_steps
         o["train.sft_group_by_length"] = c.sft.group_by_length
         o["train.sft_buckets"] = c.sft.buckets
+        o["train.lr_decay"] = c.sft.lr_decay
     elif stage == "answer":
         schedule(c.answer)
         o["train.eval_every"] = c.answer.eval_every

@@ -70,8 +70,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # The warm start: one policy, both agents; its sequence length is the longest trace's.
     # group_by_length and buckets: train.sft_group_by_length and train.sft_buckets (batches
     # drawn at random and padded to one of 4 widths here; tools/sft_padding.py counts both).
+    # lr_decay: train.lr_decay (constant after the warmup here).
     config.sft = dict(
-        steps=1400, batch_size=8, lr=3e-3, warmup_steps=10, group_by_length=0, buckets=4
+        steps=1400,
+        batch_size=8,
+        lr=3e-3,
+        warmup_steps=10,
+        group_by_length=0,
+        buckets=4,
+        lr_decay="constant",
     )
     config.answer = answer_stage()
     config.manager = manager_stage()

@@ -38,7 +38,7 @@ from memr1.models.transformer import Transformer
 from memr1.rl.critic import ValueModel, trunk_from_policy
 from memr1.sampling.layout import decode_dtype
 from memr1.sharding import DEFAULT_RULES, logical_to_spec
-from memr1.train.optim import OptimConfig, make_optimizer, warmup_constant
+from memr1.train.optim import OptimConfig, lr_schedule, make_optimizer
 
 
 @struct.dataclass
@@ -268,7 +268,7 @@ def create_train_state(
         model_cfg=model_cfg,
         graphdef=graphdef,
         tx=tx,
-        lr_schedule=warmup_constant(optim.lr, optim.warmup_steps),
+        lr_schedule=lr_schedule(optim),
         trainable=trainable,
         state_shardings=shardings,
         abstract_state=abstract,

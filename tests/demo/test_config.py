@@ -52,6 +52,7 @@ def test_the_full_demo_stages_run_with_these_flags():
         # Random batches padded to one of 4 widths: the SFT behind the README's numbers.
         "--config.train.sft_group_by_length=0",
         "--config.train.sft_buckets=4",
+        "--config.train.lr_decay=constant",
     ]
     answer = [
         "--config.train.warmup_steps=5",

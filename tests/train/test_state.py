@@ -13,10 +13,45 @@ from tests.train import tiny
 
 
 def test_warmup_then_constant_schedule():
-    schedule = state.warmup_constant(1e-6, 4)
+    schedule = optim.warmup_constant(1e-6, 4)
     got = [float(schedule(jnp.asarray(c))) for c in range(6)]
     np.testing.assert_allclose(got, [0.25e-6, 0.5e-6, 0.75e-6, 1e-6, 1e-6, 1e-6], rtol=1e-6)
-    assert float(state.warmup_constant(1e-5, 0)(jnp.asarray(0))) == pytest.approx(1e-5)
+    assert float(optim.warmup_constant(1e-5, 0)(jnp.asarray(0))) == pytest.approx(1e-5)
+    constant = optim.lr_schedule(optim.OptimConfig(lr=1e-6, warmup_steps=4, total_steps=6))
+    assert [float(constant(jnp.asarray(c))) for c in range(6)] == got
+
+
+def test_cosine_schedule_warms_up_then_decays_to_zero_at_the_last_update():
+    cfg = optim.OptimConfig(lr=1.0, warmup_steps=2, decay="cosine", total_steps=6)
+    got = [float(optim.lr_schedule(cfg)(jnp.asarray(c))) for c in range(7)]
+    half = 0.5 * (1 + np.cos(np.pi / 4))  # a quarter of the way through the decay
+    np.testing.assert_allclose(got, [0.5, 1.0, half, 0.5, 1 - half, 0.0, 0.0], atol=1e-6)
+    # Without warmup the decay starts at the first update.
+    first = optim.lr_schedule(
+        optim.OptimConfig(lr=1.0, warmup_steps=0, decay="cosine", total_steps=2)
+    )
+    np.testing.assert_allclose([float(first(jnp.asarray(c))) for c in range(2)], [0.5, 0.0])
+
+
+def test_the_optimizer_steps_by_the_cosine_schedule():
+    cfg = optim.OptimConfig(lr=0.1, warmup_steps=2, decay="cosine", total_steps=6, weight_decay=0)
+    tx = optim.make_optimizer(cfg)
+    w = {"w": jnp.zeros((2, 2))}
+    opt_state = tx.init(w)
+    steps = []
+    for _ in range(6):  # a constant gradient: Adam's step is then the rate itself
+        update, opt_state = tx.update({"w": jnp.full((2, 2), 0.5)}, opt_state, w)
+        steps.append(-float(update["w"][0, 0]))
+    want = [float(optim.lr_schedule(cfg)(jnp.asarray(c))) for c in range(6)]
+    np.testing.assert_allclose(steps, want, rtol=1e-4, atol=1e-7)
+    assert steps[-1] == 0.0 and steps[1] == pytest.approx(0.1, rel=1e-4)
+
+
+def test_bad_learning_rate_decays_are_refused_by_name():
+    with pytest.raises(ValueError, match="train.lr_decay must be one of .*'linear'"):
+        optim.OptimConfig(lr=1.0, warmup_steps=0, decay="linear", total_steps=10)
+    with pytest.raises(ValueError, match=r"needs train.steps \(10\) above train.warmup_steps"):
+        optim.OptimConfig(lr=1.0, warmup_steps=10, decay="cosine", total_steps=10)
 
 
 def test_optimisers_read_the_train_section():
@@ -24,6 +59,9 @@ def test_optimisers_read_the_train_section():
     actor, critic = (state.OptimConfig.from_config(config, critic=c) for c in (False, True))
     assert (actor.lr, critic.lr) == (1e-6, 1e-5)  # the paper's rates
     assert actor.warmup_steps == critic.warmup_steps == 3
+    assert actor.decay == critic.decay == "constant"
+    cosine = tiny.config("", warmup_steps=3, lr_decay="cosine", steps=20)
+    assert state.OptimConfig.from_config(cosine).total_steps == 20
 
 
 def test_optimizer_clips_and_decays_only_matrices():
