@@ -188,6 +188,8 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
     """Training of one agent (paper: actor lr 1e-6 with warmup, critic 1e-5, temperature 1.0).
 
     `batch_size` counts states (prompts) per step; GRPO samples `group_size` outputs for each.
+    `lr_decay`: the rate after `warmup_steps`, "constant" (the paper's) or "cosine" (to 0 at
+    `steps`, as verl's and TRL's SFT trainers decay theirs: `memr1.train.optim.lr_schedule`).
     Rollouts stop at the stage's agent budget, `agents.<stage>_max_new_tokens` (paper: 2048
     response tokens); the update's rows are as wide as each step's longest prompt and reply
     (`memr1.train.batches.width_bucket`), and the share of padding they hold is logged as
@@ -250,7 +252,6 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
             "lr": 1e-6 if algo != "sft" else 1e-5,
             "critic_lr": 1e-5,
             "warmup_steps": 10,
-            # After the warmup: "constant" (the paper's RL setting) or "cosine" to 0 at `steps`.
             "lr_decay": "constant",
             "clip_eps": 0.2,
             # Dual clip (verl's clip_ratio_c, always on there): a token with A < 0 adds at
