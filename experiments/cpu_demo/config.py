@@ -22,7 +22,6 @@ import ml_collections
 from configs import base
 from experiments.cpu_demo.answer_teacher import LIST_AND_PLAN_KINDS
 from memr1.data.synthloco.world import SynthConfig
-from memr1.env.collision import COLLIDES
 
 DEFAULTS: dict[str, object] = {"quick": False, "ops": False}
 
@@ -209,19 +208,22 @@ def traces() -> dict[str, object]:
 
 def ops_recipe(config: ml_collections.ConfigDict) -> None:
     """Issue 26's recipe for a manager that learns its operations (opt-in, not yet the measured
-    default; docs/demo.md, 2026-12-03 (afternoon), has its probes).
+    default; docs/demo.md, 2026-12-03 (evening), has its probes and RL stages on two seeds).
 
     The warm start: replies with the operation first and NONE as an explicit entry, four draws
     of the teacher's choice per collision turn, and twice the default's manager copy rows (1,600:
     with 400 the warm start stopped copying the fact into its reply, copy probe 0.13 against
-    0.70), 2,000 SFT steps in length-grouped batches at 8 widths. The manager stage: the states
-    whose fact collides with its top shown memory (min_overlap, label-free) and the linked
-    questions answerable at the state's turn. The answer stage: two more renamed copies of the
-    list, plan, city and job questions, whose answers the manager's operations decide.
+    0.70), 2,000 SFT steps in length-grouped batches at 8 widths, the rate decayed to 0 on a
+    cosine (at a constant 3e-3 the warm start gave every colliding fact the same op mix on its
+    own training rows). The manager stage: 60 steps at 2e-4 on every turn with a linked
+    question, and only the linked questions answerable at the state's turn (on collision turns
+    alone, min_overlap 0.5, a stage this size learned to UPDATE new facts over shown memories).
+    The answer stage: two more renamed copies of the list, plan, city and job questions, whose
+    answers the manager's operations decide.
     """
     config.traces.update(draws_per_turn=4, op_first=True, manager_copy_rows=1600)
-    config.sft.update(steps=2000, group_by_length=16, buckets=8)
-    config.manager.update(min_overlap=COLLIDES, linked_qa="answerable")
+    config.sft.update(steps=2000, group_by_length=16, buckets=8, lr_decay="cosine")
+    config.manager.update(steps=60, lr=2e-4, linked_qa="answerable")
     config.answer.update(oversample_copies=2)
 
 

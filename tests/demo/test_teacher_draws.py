@@ -174,7 +174,9 @@ def test_the_ops_recipe_is_opt_in_and_changes_what_it_says():
         ("sft", "steps"): 2000,
         ("sft", "group_by_length"): 16,
         ("sft", "buckets"): 8,
-        ("manager", "min_overlap"): 0.5,
+        ("sft", "lr_decay"): "cosine",
+        ("manager", "steps"): 60,
+        ("manager", "lr"): 2e-4,
         ("manager", "linked_qa"): "answerable",
         ("answer", "oversample_copies"): 2,
     }
