@@ -5,6 +5,8 @@ experiments/cpu_demo/op_probe.py.
   python tools/op_probe.py work/demo/seed-0 --gate                   # exit 1 below issue 26's bar
   python tools/op_probe.py work/demo/seed-0 --checkpoint DIR:best   # another checkpoint
   python tools/op_probe.py work/demo/seed-0 --group_size 16 --max_states 100 --out ops.json
+  python tools/op_probe.py work/ops/seed-0 --config experiments/cpu_demo/config.py:ops \
+      --teacher_forced                                                # + p(first event) per kind
 
 On the manager stage's own states (train turns with linked questions, the careful banks before
 the turn), samples G replies per state at the rollout temperature and budget of the demo's
@@ -14,7 +16,10 @@ the report), the share of samples of each category and the share with the right 
 the label-free collision proxy (word overlap of the fact with its top shown memory) per kind.
 ``--gate`` exits 1, naming each failing kind, when the right-op shares miss issue 26's
 thresholds (collision kinds >= 0.25, repeats NONE >= 0.45, new facts ADD >= 0.85). Writes JSON
-(--out; default SEED_DIR/op_probe.json) before gating. docs/demo.md has its tables.
+(--out; default SEED_DIR/op_probe.json) before gating. ``--teacher_forced`` adds, per kind,
+the checkpoint's probability of each first event of an op-first reply on the same states
+(op_probe.first_event_table): the same mix for every kind is a warm start that does not read
+which collision a fact is. docs/demo.md has its tables.
 """
 
 from __future__ import annotations
@@ -50,6 +55,11 @@ def parse_args(argv):
     parser.add_argument("--sample_seed", type=int, default=0, help="the sampling key's seed")
     parser.add_argument("--quick", action="store_true", help="the folder is a --quick demo's")
     parser.add_argument("--config", default=None, help="the demo's config as FILE[:ARG]")
+    parser.add_argument(
+        "--teacher_forced",
+        action="store_true",
+        help="also p(first event) per kind, teacher-forced (op-first replies only)",
+    )
     parser.add_argument("--out", type=Path, default=None)
     return parser, parser.parse_args(argv)
 
@@ -58,6 +68,51 @@ def sampler(run, checkpoint: str, group_size: int, key_seed: int):
     """The probe's sampler: the checkpoint's policy at the demo manager stage's rollout settings."""
     import jax
 
+    policy, sampling = load_policy(run, checkpoint)
+    sample = op_probe.policy_sampler(
+        policy.decode_copy(),
+        sampling,
+        group_size=group_size,
+        style=run.c.style,
+        key=jax.random.key(key_seed),
+    )
+    return sample, sampling, policy
+
+
+def continuation_scorer(policy, batch: int = 32, width_step: int = 64):
+    """``score(chats, continuations)`` for op_probe.first_event_table: the summed log-probs of
+    each continuation after each chat's rendered prompt, teacher-forced, ``batch`` rows a pass
+    padded to a multiple of ``width_step`` tokens (a compiled program per width)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from memr1.rl.logprobs import sequence_logprobs
+    from memr1.train.sft import sft_batch
+
+    def score(chats, continuations):
+        ends = [policy.tokenizer.encode(c, add_special_tokens=False) for c in continuations]
+        pairs = [
+            (prompt, end)
+            for chat in chats
+            for prompt in [policy.encode(policy.render(chat))[0].tolist()]
+            for end in ends
+        ]
+        sums = []
+        for i in range(0, len(pairs), batch):
+            chunk = pairs[i : i + batch]
+            chunk += [chunk[-1]] * (batch - len(chunk))  # one batch shape; the copies dropped
+            width = -(-max(len(a) + len(b) for a, b in chunk) // width_step) * width_step
+            b = sft_batch([a for a, _ in chunk], [t for _, t in chunk], width, policy.pad_id)
+            tokens, valid = jnp.asarray(b["tokens"]), jnp.asarray(b["valid"])
+            logp, _ = sequence_logprobs(policy.graphdef, policy.params, tokens, valid)
+            sums += list((np.asarray(logp) * (b["loss_mask"] & b["valid"])).sum(axis=1))
+        return np.asarray(sums[: len(pairs)]).reshape(len(chats), len(continuations))
+
+    return score
+
+
+def load_policy(run, checkpoint: str):
+    """The checkpoint's policy and the demo manager stage's rollout sampling settings."""
     from experiments.cpu_demo.commands import load_config, stage_overrides
     from memr1.env import load
     from memr1.env.policy import SamplingConfig
@@ -71,14 +126,7 @@ def sampler(run, checkpoint: str, group_size: int, key_seed: int):
     policy = load.make_policy(
         backbone, params, batch_size=8, max_prompt_tokens=config.agents.max_prompt_tokens
     )
-    sample = op_probe.policy_sampler(
-        policy.decode_copy(),
-        sampling,
-        group_size=group_size,
-        style=run.c.style,
-        key=jax.random.key(key_seed),
-    )
-    return sample, sampling
+    return policy, sampling
 
 
 def print_tables(result) -> None:
@@ -98,6 +146,14 @@ def print_tables(result) -> None:
     print("|---|---|---|---|")
     for kind, k in proxy["kinds"].items():
         print(f"| {kind} | {k['states']} | {k['mean_overlap']:.3f} | {k['above']:.3f} |")
+    if "first_event" in result:
+        events = op_probe.EVENTS
+        print("\nteacher-forced p(first event) of an op-first reply")
+        print("| gold kind | states | " + " | ".join(events) + " |")
+        print("|---|---|" + "---|" * len(events))
+        for kind, k in result["first_event"].items():
+            cells = " | ".join(f"{k['p'][e]:.3f}" for e in events)
+            print(f"| {kind} | {k['states']} | {cells} |")
     if proxy["precision"] is not None:
         print(
             f"states at or above it: {proxy['chosen']}, collisions among them "
@@ -112,13 +168,15 @@ def main(argv=None) -> int:
         config = read_config(args.config, quick=args.quick)
     except ValueError as e:
         parser.error(str(e))
+    if args.teacher_forced and not config.traces.op_first:
+        parser.error("--teacher_forced reads op-first replies: the config's traces.op_first is off")
     run = SeedRun(config, seed, args.seed_dir, algo="grpo", log=print)
     checkpoint = args.checkpoint or str(args.seed_dir / "sft" / "checkpoints")
     group_size = args.group_size or config.group_size
     if group_size < 1:
         parser.error(f"--group_size must be at least 1, got {group_size}")
     try:
-        sample, sampling = sampler(run, checkpoint, group_size, args.sample_seed)
+        sample, sampling, policy = sampler(run, checkpoint, group_size, args.sample_seed)
     except FileNotFoundError as e:  # no such directory, step or best record
         parser.error(str(e))
 
@@ -135,6 +193,9 @@ def main(argv=None) -> int:
         **op_probe.probe_ops(states, gold, sample, style=config.style),
         "collision": op_probe.collision_report(states, gold, threshold=args.threshold),
     }
+    if args.teacher_forced:
+        score = continuation_scorer(policy)
+        result["first_event"] = op_probe.first_event_table(states, gold, score, style=config.style)
     failures = op_probe.gate_failures(result["kinds"])
     result["gate"] = {"thresholds": op_probe.GATE, "failures": failures}
     print_tables(result)

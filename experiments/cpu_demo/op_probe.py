@@ -16,6 +16,11 @@ on repeats, ADD >= 0.85 on new facts.
 The label-free collision proxy (:func:`memr1.env.collision.collision_score`) is reported beside
 it: per gold kind, its mean and the share of states at or above a threshold, which says how well
 a state choice by overlap alone would find the collision states.
+
+:func:`first_event_table` reads the same states teacher-forced instead of sampled: per gold
+kind, the checkpoint's probability of each first event of an op-first reply. It tells a warm
+start that does not condition its operation on the prompt (the same mix for every kind) from
+one that does but samples badly, at no sampling noise.
 """
 
 from __future__ import annotations
@@ -46,6 +51,11 @@ RIGHT = {
     "cancel": ("DELETE",),
     "small_talk": ("NONE",),
 }
+# The first words of an op-first reply up to its first event, the events, and what follows
+# each (an op-first entry's next key is always its id: format_manager_output's op_first).
+EVENT_PREFIX = '{"memory": [{"event": "'
+EVENTS = ("ADD", "UPDATE", "DELETE", "NONE")
+EVENT_SUFFIX = '", "id": "'
 # Issue 26's thresholds on the share of samples doing the right operation.
 GATE = {"new": 0.85, "repeat": 0.45, "change": 0.25, "list": 0.25, "cancel": 0.25}
 
@@ -150,6 +160,38 @@ def probe_ops(
     sizes = sorted({len(g) for g in replies})
     group_size = sizes[0] if len(sizes) == 1 else sizes
     return {"states": len(states), "group_size": group_size, "kinds": tally(rows)}
+
+
+def first_event_table(
+    states: Sequence[Any],
+    gold: Mapping[tuple[str, str], Mapping],
+    score: Callable[[Sequence[Any], Sequence[str]], Any],
+    *,
+    style: str,
+) -> dict[str, Any]:
+    """Per gold kind: the states and the mean probability of each of :data:`EVENTS` as the
+    first event of an op-first reply, teacher-forced.
+
+    Args:
+      score: ``score(chats, continuations)`` -> [len(chats), len(continuations)] summed
+        log-probabilities of each continuation after each chat's prompt; here the continuations
+        are ``EVENT_PREFIX + event + EVENT_SUFFIX`` (the suffix, so that every event is scored
+        as the targets tokenise it, ending on the same next key), normalised over the events.
+    """
+    kinds = [_kind_of(t, gold) for t in states]
+    chats = [t.manager_input(style=style)[0] for t in states]  # the stage's prompt (rollout)
+    logp = np.asarray(score(chats, [EVENT_PREFIX + e + EVENT_SUFFIX for e in EVENTS]), float)
+    if logp.shape != (len(states), len(EVENTS)) or not np.all(np.isfinite(logp)):
+        raise ValueError(f"score gave {logp.shape} (finite: {np.isfinite(logp).all()})")
+    p = np.exp(logp - logp.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    out = {}
+    for kind in [*KINDS, "small_talk"]:
+        rows = [i for i, k in enumerate(kinds) if k == kind]
+        if rows:
+            mean = p[rows].mean(axis=0)
+            out[kind] = {"states": len(rows), "p": dict(zip(EVENTS, map(float, mean)))}
+    return out
 
 
 def collision_report(

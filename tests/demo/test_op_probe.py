@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import pytest
 
@@ -149,6 +150,33 @@ def test_the_table_counts_each_kinds_samples_and_the_gate_names_who_fails():
         op_probe.probe_ops(states[:1], {}, _scripted(passing), style="compact")
 
 
+def test_the_first_event_table_normalises_each_states_scores_and_groups_them_by_kind():
+    states = [s for s, _ in STATES.values()]
+    kinds = {state.dia_id: kind for kind, (state, _) in STATES.items()}
+    seen = {}
+
+    def score(chats, continuations):
+        seen["continuations"] = list(continuations)
+        # log-probs 2, 1, 0, 0 for the events, shifted per state (only ratios count), but
+        # NONE is the most likely one at the repeat.
+        out = []
+        for chat in chats:
+            repeat = f'- "{PLAN}"' in chat[-1]["content"]  # the fact the repeat restates
+            out.append([2.0 - 9 * repeat, 1.0, 0.0, 2.0 + 9 * repeat])
+        return out
+
+    got = op_probe.first_event_table(states, GOLD, score, style="compact")
+    assert seen["continuations"][1] == '{"memory": [{"event": "UPDATE", "id": "'
+    assert {k: v["states"] for k, v in got.items()} == {k: 1 for k in kinds.values()}
+    assert all(sum(v["p"].values()) == pytest.approx(1.0) for v in got.values())
+    z = 2 * math.e**2 + math.e + 1
+    assert got["new"]["p"]["ADD"] == pytest.approx(math.e**2 / z)
+    assert got["new"]["p"]["DELETE"] == pytest.approx(1 / z)
+    assert got["repeat"]["p"]["NONE"] > 0.99
+    with pytest.raises(ValueError, match=r"score gave \(5, 3\)"):
+        op_probe.first_event_table(states, GOLD, lambda c, e: [[0.0] * 3] * 5, style="compact")
+
+
 def test_the_collision_report_separates_the_kinds_it_is_given():
     states = [
         Turn(("Andrew works as a baker.",), ((7, PLAN),), dia_id="D1:1"),  # overlap 1/3
@@ -198,3 +226,32 @@ def check_op_probe_on(quick_seed, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main([*argv, "--checkpoint", str(quick_seed / "nowhere")])
     assert exit_info.value.code == 2 and "does not exist" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # the quick demo's replies are not op-first
+        main([*argv, "--teacher_forced"])
+    assert exit_info.value.code == 2 and "traces.op_first is off" in capsys.readouterr().err
+    _check_scorer_on(quick_seed, got["checkpoint"])
+
+
+def _check_scorer_on(quick_seed, checkpoint):
+    """The teacher-forced scorer of --teacher_forced on the quick run's real warm start: batched
+    and padded to bucketed widths, it gives each (prompt, continuation) the summed log-prob it
+    gives alone at its own width."""
+    import numpy as np
+
+    from experiments.cpu_demo.__main__ import read_config
+    from experiments.cpu_demo.run import SeedRun
+    from memr1.tuples import read_tuples
+    from tests.tool import load_tool
+
+    tool = load_tool("op_probe")
+    run = SeedRun(read_config(None, quick=True), 0, quick_seed, algo="grpo", log=print)
+    policy, _ = tool.load_policy(run, checkpoint)
+    states = read_tuples(run.rl_tuples, "manager")[:3]
+    chats = [TURN.manager_input(style="compact")[0]] + [
+        t.manager_input(style="compact")[0] for t in states
+    ]
+    ends = [op_probe.EVENT_PREFIX + e + op_probe.EVENT_SUFFIX for e in op_probe.EVENTS]
+    batched = tool.continuation_scorer(policy, batch=3, width_step=64)(chats, ends)
+    alone = tool.continuation_scorer(policy, batch=1, width_step=1)(chats, ends)
+    assert batched.shape == (len(chats), len(ends)) and np.all(batched < 0)
+    np.testing.assert_allclose(batched, alone, rtol=1e-4, atol=1e-4)
