@@ -32,7 +32,15 @@ from typing import Any
 import numpy as np
 
 from memr1.env.collision import COLLIDES, collision_score
-from memr1.env.manager_io import ADD, DELETE, NOOP, UPDATE, ManagerOp, parse_manager_output
+from memr1.env.manager_io import (
+    ADD,
+    DELETE,
+    NOOP,
+    UPDATE,
+    ManagerOp,
+    format_manager_output,
+    parse_manager_output,
+)
 from memr1.env.manager_reward import is_malformed
 
 KINDS = ("new", "repeat", "change", "list", "cancel")
@@ -51,11 +59,8 @@ RIGHT = {
     "cancel": ("DELETE",),
     "small_talk": ("NONE",),
 }
-# The first words of an op-first reply up to its first event, the events, and what follows
-# each (an op-first entry's next key is always its id: format_manager_output's op_first).
-EVENT_PREFIX = '{"memory": [{"event": "'
+# The events of an op-first reply's first entry, as the reply spells them.
 EVENTS = ("ADD", "UPDATE", "DELETE", "NONE")
-EVENT_SUFFIX = '", "id": "'
 # Issue 26's thresholds on the share of samples doing the right operation.
 GATE = {"new": 0.85, "repeat": 0.45, "change": 0.25, "list": 0.25, "cancel": 0.25}
 
@@ -162,6 +167,18 @@ def probe_ops(
     return {"states": len(states), "group_size": group_size, "kinds": tally(rows)}
 
 
+def event_continuations(style: str) -> list[str]:
+    """For each of :data:`EVENTS`, the op-first reply in ``style`` up to its first entry's id
+    value, as format_manager_output writes it: the replies differ only in the event word and
+    end on the same next key, so that every event is scored as the targets tokenise it."""
+    out = []
+    for kind in (ADD, UPDATE, DELETE, NOOP):
+        op = ManagerOp(kind, None if kind == ADD else 0, "x")
+        text = format_manager_output([op], {0: 0}, style=style, op_first=True)
+        out.append(text[: text.index('"id": "') + len('"id": "')])
+    return out
+
+
 def first_event_table(
     states: Sequence[Any],
     gold: Mapping[tuple[str, str], Mapping],
@@ -175,12 +192,11 @@ def first_event_table(
     Args:
       score: ``score(chats, continuations)`` -> [len(chats), len(continuations)] summed
         log-probabilities of each continuation after each chat's prompt; here the continuations
-        are ``EVENT_PREFIX + event + EVENT_SUFFIX`` (the suffix, so that every event is scored
-        as the targets tokenise it, ending on the same next key), normalised over the events.
+        are :func:`event_continuations`, normalised over the events.
     """
     kinds = [_kind_of(t, gold) for t in states]
     chats = [t.manager_input(style=style)[0] for t in states]  # the stage's prompt (rollout)
-    logp = np.asarray(score(chats, [EVENT_PREFIX + e + EVENT_SUFFIX for e in EVENTS]), float)
+    logp = np.asarray(score(chats, event_continuations(style)), float)
     if logp.shape != (len(states), len(EVENTS)) or not np.all(np.isfinite(logp)):
         raise ValueError(f"score gave {logp.shape} (finite: {np.isfinite(logp).all()})")
     p = np.exp(logp - logp.max(axis=1, keepdims=True))

@@ -73,7 +73,8 @@ def lr_schedule(cfg: OptimConfig) -> optax.Schedule:
     warm = warmup_constant(cfg.lr, cfg.warmup_steps)
     if cfg.decay == "constant":
         return warm
-    w, span = max(cfg.warmup_steps, 0), cfg.total_steps - max(cfg.warmup_steps, 0)
+    w = max(cfg.warmup_steps, 0)
+    span = cfg.total_steps - w  # > 0: OptimConfig refuses a decay over no steps
 
     def schedule(count):
         done = jnp.clip((count + 1 - w) / span, 0.0, 1.0)

@@ -177,6 +177,17 @@ def test_the_first_event_table_normalises_each_states_scores_and_groups_them_by_
         op_probe.first_event_table(states, GOLD, lambda c, e: [[0.0] * 3] * 5, style="compact")
 
 
+@pytest.mark.parametrize("style", ["compact", "full"])
+def test_event_continuations_are_the_op_first_replies_up_to_their_id(style):
+    ends = op_probe.event_continuations(style)
+    _, id_map = TURN.manager_input(style=style)
+    reply = format_manager_output([ManagerOp(DELETE, 7, "")], id_map, style=style, op_first=True)
+    assert reply.startswith(ends[2]) and ends[2].endswith('"DELETE", "id": "')
+    assert [e.replace(word, "") for e, word in zip(ends, op_probe.EVENTS)] == [
+        ends[0].replace("ADD", "")
+    ] * 4
+
+
 def test_the_collision_report_separates_the_kinds_it_is_given():
     states = [
         Turn(("Andrew works as a baker.",), ((7, PLAN),), dia_id="D1:1"),  # overlap 1/3
@@ -250,7 +261,7 @@ def _check_scorer_on(quick_seed, checkpoint):
     chats = [TURN.manager_input(style="compact")[0]] + [
         t.manager_input(style="compact")[0] for t in states
     ]
-    ends = [op_probe.EVENT_PREFIX + e + op_probe.EVENT_SUFFIX for e in op_probe.EVENTS]
+    ends = op_probe.event_continuations("compact")
     batched = tool.continuation_scorer(policy, batch=3, width_step=64)(chats, ends)
     alone = tool.continuation_scorer(policy, batch=1, width_step=1)(chats, ends)
     assert batched.shape == (len(chats), len(ends)) and np.all(batched < 0)
