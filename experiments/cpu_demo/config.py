@@ -109,7 +109,9 @@ def world() -> dict[str, object]:
     a tiny reader can learn to tell apart; two changes would need date arithmetic on timestamps.
     Every change and cancellation gets a question a stale memory answers wrongly, and repeats
     are cited by the questions they restate (change_questions, cite_repeats), so that the
-    manager stage's outcome reward can see every kind of operation.
+    manager stage's outcome reward can see every kind of operation. max_cancels, cancel_weight:
+    None and 3.0 (a cancellation is a plan's one change, synthloco's default weight); the "ops"
+    arg doubles the cancellations (ops_recipe).
     """
     return dict(
         splits=(("train", 32), ("validation", 6), ("test", 10)),
@@ -117,6 +119,8 @@ def world() -> dict[str, object]:
         turns_per_session=(8, 10),
         facts_per_session=(3, 5),
         max_changes=1,
+        max_cancels=None,
+        cancel_weight=3.0,
         qa_per_conversation=20,
         min_qa=10,
         num_names=10,
@@ -166,7 +170,8 @@ def manager_stage() -> dict[str, object]:
     states only the turns whose fact collides with its top shown memory by word overlap
     (train.min_overlap, label-free; 0 = every turn with a linked question). linked_qa:
     train.linked_qa, the questions a state's reward reads ("cites": the paper's, every one
-    citing the turn; "answerable": only those the bank after the turn can answer).
+    citing the turn; "answerable": only those the bank after the turn can answer; "shown": also
+    the answerable questions about the memories shown to the manager).
     """
     return dict(
         steps=30,
@@ -219,8 +224,11 @@ def ops_recipe(config: ml_collections.ConfigDict) -> None:
     question, and only the linked questions answerable at the state's turn (on collision turns
     alone, min_overlap 0.5, a stage this size learned to UPDATE new facts over shown memories).
     The answer stage: two more renamed copies of the list, plan, city and job questions, whose
-    answers the manager's operations decide.
+    answers the manager's operations decide. The world: twice the cancellations (a plan may be
+    called off twice, apart from its one change, at twice the weight; train DELETEs 37 -> 70 on
+    seed 0), the rarest collision, which every warm start before read as a repeat.
     """
+    config.synth.update(max_cancels=2, cancel_weight=6.0)
     config.traces.update(draws_per_turn=4, op_first=True, manager_copy_rows=1600)
     config.sft.update(steps=2000, group_by_length=16, buckets=8, lr_decay="cosine")
     config.manager.update(steps=60, lr=2e-4, linked_qa="answerable")

@@ -30,9 +30,9 @@ from memr1.data.synthloco import dates
 from memr1.data.synthloco.world import FACT_KEYS, PLAN_KEYS, SynthConfig, Vocab
 
 # How strongly the planner prefers each kind of action when several are possible. New information
-# is favoured over repeats so that stories keep moving; cancellations are rarer than changes, as in
-# real conversations.
-ACTION_WEIGHTS = {"first": 3.0, "another": 2.5, "change": 2.0, "cancel": 3.0, "repeat": 1.0}
+# is favoured over repeats so that stories keep moving. A cancellation's weight is the config's
+# (SynthConfig.cancel_weight): only plans can be called off, so they stay rarer than changes.
+ACTION_WEIGHTS = {"first": 3.0, "another": 2.5, "change": 2.0, "repeat": 1.0}
 
 # The chance that a speaker's profile includes each fact key. Below one, so that a key is often
 # missing for one speaker: adversarial questions need facts the other speaker never mentions.
@@ -79,7 +79,9 @@ class SpeakerState:
       hobbies: hobbies in the order they were taken up.
       values: current value of each single-valued key (city, job, food, trip, event), or None.
       dates: the date attached to the current single value, when the turn gave one.
-      changes: how often each single-valued key has changed or been cancelled.
+      changes: how often each single-valued key has changed (and been cancelled, unless
+        cancellations are counted apart).
+      cancels: how often each plan key has been called off.
     """
 
     species: str
@@ -88,6 +90,7 @@ class SpeakerState:
     values: dict[str, str | None] = dataclasses.field(default_factory=dict)
     dates: dict[str, dates.EventDate | None] = dataclasses.field(default_factory=dict)
     changes: dict[str, int] = dataclasses.field(default_factory=dict)
+    cancels: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def known(self, key: str) -> bool:
         """Whether the speaker currently has something stored under ``key``."""
@@ -112,7 +115,7 @@ class SpeakerState:
         elif fact.action == "cancel":
             self.values[fact.key] = None
             self.dates[fact.key] = None
-            self.changes[fact.key] = self.changes.get(fact.key, 0) + 1
+            self.cancels[fact.key] = self.cancels.get(fact.key, 0) + 1
         else:
             self.values[fact.key] = fact.value
             self.dates[fact.key] = fact.date
@@ -129,9 +132,15 @@ def _actions(state: SpeakerState, key: str, config: SynthConfig) -> list[str]:
         actions.append("another")
     elif key == "hobbies" and len(state.hobbies) < config.max_hobbies:
         actions.append("another")
-    elif key in ("city", "job", *PLAN_KEYS) and state.changes.get(key, 0) < config.max_changes:
-        actions.append("change")
-        if key in PLAN_KEYS:
+    elif key in ("city", "job", *PLAN_KEYS):
+        changes, cancels = state.changes.get(key, 0), state.cancels.get(key, 0)
+        if config.max_cancels is None:  # a cancellation is one of the key's changes
+            can_change = can_cancel = changes + cancels < config.max_changes
+        else:
+            can_change, can_cancel = changes < config.max_changes, cancels < config.max_cancels
+        if can_change:
+            actions.append("change")
+        if can_cancel and key in PLAN_KEYS:
             actions.append("cancel")
     return actions
 
@@ -230,6 +239,7 @@ def plan_story(
     profiles = draw_profiles(rng, speakers, vocab)
     states = {speaker: SpeakerState(species=rng.choice(vocab.species)[0]) for speaker in speakers}
     taken_pet_names: set[str] = set()
+    action_weights = {**ACTION_WEIGHTS, "cancel": config.cancel_weight}
     story = []
     for session, day in enumerate(session_days, start=1):
         facts: list[Fact] = []
@@ -244,7 +254,7 @@ def plan_story(
             ]
             if not options:
                 break
-            weights = [ACTION_WEIGHTS[action] for _, _, action in options]
+            weights = [action_weights[action] for _, _, action in options]
             speaker, key, action = rng.choices(options, weights=weights)[0]
             fact = _make_fact(
                 rng, session, day, speaker, key, action, states[speaker], vocab, taken_pet_names

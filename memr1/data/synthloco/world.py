@@ -103,6 +103,12 @@ class SynthConfig:
       adversarial_per_conversation: at most this many category-5 questions per conversation.
       max_pets, max_hobbies: the longest a list-valued fact grows.
       max_changes: how often a single-valued fact (city, job, trip) may change per speaker.
+      max_cancels: how often a speaker may call off a plan (trip, event) per key, counted apart
+        from its changes; None counts a cancellation as one of the key's max_changes. A plan
+        called off is gone from the gold bank, so the next plan of that key is a new fact and
+        never needs the date arithmetic of a second change.
+      cancel_weight: the planner's weight of calling a plan off, against 3.0 for a new fact,
+        2.5 for another list item, 2.0 for a change and 1.0 for a repeat (events.py).
       change_questions: every value that changed or was called off gets its current-value
         question, citing that turn and picked before the others ("Where is Maria planning to
         travel?" -> "nowhere" once the trip is off), so that every change and cancellation has
@@ -128,6 +134,8 @@ class SynthConfig:
     max_pets: int = 3
     max_hobbies: int = 3
     max_changes: int = 2
+    max_cancels: int | None = None
+    cancel_weight: float = 3.0
     change_questions: bool = True
     cite_repeats: bool = True
     names: tuple[str, ...] = NAMES
@@ -164,6 +172,13 @@ class SynthConfig:
             raise ValueError("SynthConfig.adversarial_per_conversation must not be negative")
         if not 1 <= self.max_pets < len(NUMBER_WORDS) or not 1 <= self.max_hobbies:
             raise ValueError("SynthConfig.max_pets and max_hobbies must be at least 1 (pets < 10)")
+        if self.max_changes < 0 or (self.max_cancels is not None and self.max_cancels < 0):
+            raise ValueError(
+                f"SynthConfig.max_changes / max_cancels must not be negative, got "
+                f"{self.max_changes} / {self.max_cancels}"
+            )
+        if not self.cancel_weight >= 0:
+            raise ValueError(f"SynthConfig.cancel_weight: expected >= 0, got {self.cancel_weight}")
         for name in self.names:
             if not re.fullmatch(r"[A-Z][A-Za-z'-]*", name) or name in PET_NAMES:
                 raise ValueError(f"SynthConfig.names: {name!r} is not a usable person name")
