@@ -241,8 +241,9 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
     or cancellation; 0.5 finds 91% of the demo's collision turns at 98.7% precision); 0 = every
     turn (with `only_turns_with_qa`, the paper's). `linked_qa` (manager stage): the questions
     a state's reward reads, "cites" (the paper's: every question whose evidence cites the turn)
-    or "answerable" (only those whose every evidence turn was said by then:
-    `memr1.train.stages.linked_questions`).
+    "answerable" (only those whose every evidence turn was said by then) or "shown" (the
+    answerable ones and those about the memories shown to the manager, so that an overwrite
+    costs what it destroys: `memr1.train.stages.linked_questions`).
     """
     return ml_collections.ConfigDict(
         {

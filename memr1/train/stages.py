@@ -95,22 +95,37 @@ def rl_states(config, models: Models, policy, tuples, env=None) -> tuple[list, C
     return states, do_rollout
 
 
-LINKED_QA = ("cites", "answerable")
+LINKED_QA = ("cites", "answerable", "shown")
 
 
 def linked_questions(records: list, linked_qa: str) -> list:
-    """The manager tuples with the questions their reward reads: "cites" (the paper's) every
-    question whose evidence cites the turn; "answerable" only those whose every evidence turn
-    was said by then (`LinkedQA.answerable_at`), so that no state is scored on a question its
-    bank cannot answer yet whatever the manager does."""
+    """The manager tuples with the questions their reward reads.
+
+    "cites" (the paper's): every question whose evidence cites the turn. "answerable": only
+    those whose every evidence turn was said by then (`LinkedQA.answerable_at`), so that no
+    state is scored on a question its bank cannot answer yet whatever the manager does.
+    "shown": the answerable ones, and on a turn that has any, also the answerable questions
+    citing the turn that last wrote a memory shown to the manager (`MemoryRecord.dia_id`), so
+    that the reward sees an UPDATE or DELETE that destroys what a shown memory answered (an
+    overwrite reads like an ADD to the turn's own questions). A turn without a question of its
+    own gets none (the stage's states stay the same turns). No gold operation is read: the
+    links are the questions' evidence, as the paper's are.
+    """
     if linked_qa not in LINKED_QA:
         raise ValueError(f"train.linked_qa must be one of {LINKED_QA}, got {linked_qa!r}")
     if linked_qa == "cites":
         return records
-    out = [
-        dataclasses.replace(r, qa=tuple(q for q in r.qa if q.answerable_at(r.dia_id)))
-        for r in records
-    ]
+    by_turn = {(r.sample_id, r.dia_id): r.qa for r in records} if linked_qa == "shown" else {}
+    out = []
+    for r in records:
+        qa = [q for q in r.qa if q.answerable_at(r.dia_id)]
+        if linked_qa == "shown" and qa:
+            writers = {m.id: m.dia_id for m in r.bank}
+            for memory_id, _ in r.retrieved:
+                qa += by_turn.get((r.sample_id, writers.get(memory_id, "")), ())
+            qa = [q for q in qa if q.answerable_at(r.dia_id)]
+            qa = list({q.qa_index: q for q in qa}.values())
+        out.append(dataclasses.replace(r, qa=tuple(qa)))
     before, after = sum(len(r.qa) for r in records), sum(len(r.qa) for r in out)
-    logging.info("linked questions: %d of %d answerable at their turn", after, before)
+    logging.info("linked questions (%s): %d; the turns cite %d", linked_qa, after, before)
     return out
