@@ -6,11 +6,14 @@ experiments/cpu_demo/reward_probe.py.
   python tools/reward_probe.py work/demo/seed-0 --answer rules   # through a careful rule reader
   python tools/reward_probe.py work/demo/seed-0 --step best      # the stage's best validated step
   python tools/reward_probe.py work/demo/seed-0 --max_states 100 --out probe.json
+  python tools/reward_probe.py work/ops/seed-0 --config experiments/cpu_demo/config.py:ops
 
-On the manager stage's own states (train turns with linked questions), rewards four fixed
-behaviours (clean / add / delete_add / none) as a GRPO group is rewarded, and prints their mean
-reward per gold operation of the turn. Where "clean" and "add" tie, GRPO cannot prefer UPDATE to
-ADD. Through the careful rule reader (person-aware, newest memory, no hedging;
+On the manager stage's own states (train turns with linked questions, read as the seed's
+config has the stage read them: pass the run's --config), rewards five fixed behaviours (clean /
+add / delete_add / overwrite / none) as a GRPO group is rewarded, and prints their mean reward
+per gold operation of the turn. Where "clean" and "add" tie, GRPO cannot prefer UPDATE to ADD;
+where "overwrite" and "add" tie at new facts, it cannot teach the manager to keep a memory.
+Through the careful rule reader (person-aware, newest memory, no hedging;
 experiments.cpu_demo.answer_teacher.RuleReader) it shows what the banks themselves would reward
 with a reader that reads well. docs/demo.md has its tables for the demo's seeds. Prints a table
 and writes JSON (--out; default SEED_DIR/reward_probe_<answer>.json).
@@ -26,8 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+from experiments.cpu_demo.__main__ import read_config
 from experiments.cpu_demo.answer_teacher import RuleReader
-from experiments.cpu_demo.config import get_config
 from experiments.cpu_demo.reward_probe import BEHAVIOURS, checkpoint_answerer, probe_seed
 from experiments.cpu_demo.run import SeedRun, check_seed_dir
 from memr1.atomic import write_json_atomic
@@ -52,6 +55,7 @@ def main(argv=None) -> int:
         "--step", default=None, help="the answerer's checkpoint step: N or best (default: latest)"
     )
     parser.add_argument("--max_states", type=int, default=None, help="default: all")
+    parser.add_argument("--config", default=None, help="the run's config as FILE[:ARG]")
     parser.add_argument("--quick", action="store_true", help="the folder is a --quick demo's")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -65,7 +69,10 @@ def main(argv=None) -> int:
         )
     except ValueError as e:
         parser.error(str(e))
-    config = get_config("quick" if args.quick else None)
+    try:
+        config = read_config(args.config, quick=args.quick)
+    except ValueError as e:
+        parser.error(str(e))
     run = SeedRun(config, seed, seed_dir, algo=args.algo, log=print)
     if args.answer == "rules":
         through, answerer = "the careful rule reader", RuleReader(style=config.style)

@@ -11,11 +11,16 @@ and rewards them exactly as a GRPO group is rewarded
               ADD the rest
   add         ADD every fact (a changed value beside the stale one, a repeat as a duplicate)
   delete_add  DELETE the related memory and ADD the fact (a list keeps only the new item)
+  overwrite   UPDATE the top shown memory with the fact, whatever it is (a new fact written
+              over an unrelated memory: ADD where nothing is shown)
   none        the empty reply
 
 States are grouped by the turn's gold operation (synthloco's labels, read here only to group the
 report; no reward sees them), UPDATE split into list items and changed values. Where ``clean``
-and ``add`` score alike, no outcome reward through that answerer can teach UPDATE over ADD.
+and ``add`` score alike, no outcome reward through that answerer can teach UPDATE over ADD;
+where ``overwrite`` and ``add`` do at new facts, none can teach the manager to keep what it
+overwrites. The states' questions are those the stage's reward reads (its
+``config.manager.linked_qa``: `memr1.train.stages.linked_questions`).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import jax
 import numpy as np
 
 from experiments.cpu_demo.teacher import CAREFUL, ManagerRates, MemZeroLikeTeacher
-from memr1.env.manager_io import format_manager_output
+from memr1.env.manager_io import ADD, UPDATE, ManagerOp, format_manager_output
 
 BEHAVIOURS: dict[str, ManagerRates | None] = {
     "clean": CAREFUL,
@@ -43,6 +48,7 @@ BEHAVIOURS: dict[str, ManagerRates | None] = {
         cancel_delete=1.0,
         repeat_noop=1.0,
     ),
+    "overwrite": None,
     "none": None,
 }
 GROUPS = ("ADD", "UPDATE-list", "UPDATE-change", "DELETE", "NOOP")
@@ -54,11 +60,22 @@ def behaviour_replies(t: Any, style: str = "compact") -> dict[str, str]:
     _, id_map = t.manager_input(style=style)
     out = {}
     for name, rates in BEHAVIOURS.items():
-        ops = (
-            [] if rates is None else MemZeroLikeTeacher(0, rates)(list(t.facts), list(t.retrieved))
-        )
+        if name == "overwrite":
+            ops = _overwrite(list(t.facts), list(t.retrieved))
+        elif rates is None:
+            ops = []
+        else:
+            ops = MemZeroLikeTeacher(0, rates)(list(t.facts), list(t.retrieved))
         out[name] = format_manager_output(ops, id_map, style=style)
     return out
+
+
+def _overwrite(facts: list[str], retrieved: list[tuple[int, str]]) -> list[ManagerOp]:
+    """The first fact written over the top shown memory, the others ADDed."""
+    if not retrieved:
+        return [ManagerOp(ADD, None, fact) for fact in facts]
+    first, *rest = facts
+    return [ManagerOp(UPDATE, retrieved[0][0], first)] + [ManagerOp(ADD, None, f) for f in rest]
 
 
 def gold_group(gold: Mapping[str, Any]) -> str:
@@ -126,11 +143,17 @@ def checkpoint_answerer(seed_run, answer_checkpoint: str):
 
 def probe_seed(seed_run, answerer, *, max_states: int | None = None) -> dict:
     """The probe over a demo seed's manager-stage states through ``answerer`` (a policy, e.g.
-    ``checkpoint_answerer``, or the rule reader); the seed's memory sizes and embedder, as the
-    manager stage uses them."""
+    ``checkpoint_answerer``, or the rule reader); the seed's memory sizes, embedder, states and
+    linked questions, as the manager stage uses them (`memr1.train.stages.rl_states`)."""
+    from memr1.env.collision import collision_states
+    from memr1.train.stages import linked_questions
     from memr1.tuples import read_tuples
 
-    states = [t for t in read_tuples(seed_run.rl_tuples, "manager") if t.has_qa]
+    m = seed_run.c.manager
+    states = read_tuples(seed_run.rl_tuples, "manager")
+    states = collision_states(
+        [t for t in linked_questions(states, m.linked_qa) if t.has_qa], m.min_overlap
+    )
     states = states[:max_states] if max_states else states
     return probe_rewards(
         states, gold_index(seed_run.data / "gold_ops.json"), reward_env(seed_run, answerer)

@@ -115,7 +115,7 @@ def test_quick_demo_writes_every_output(tmp_path, capsys):
         assert probe["states"] == sum(g["n"] for g in probe["groups"].values()) > 0
         assert ("answer_grpo" in probe["answerer"]) == (answer == "rl")
         for group in probe["groups"].values():
-            assert set(group["reward"]) == {"clean", "add", "delete_add", "none"}
+            assert set(group["reward"]) == {"clean", "add", "delete_add", "overwrite", "none"}
             assert all(0.0 <= r <= 1.0 for r in group["reward"].values())
 
     # The op-sampling probe and the warm-start tool on this run's SFT manager.

@@ -76,3 +76,17 @@ def test_copy_probe_scores_the_replies_in_the_runs_own_format(op_first):
     assert len(rows) == 2
     first = '{"memory": [{"event": "ADD"' if op_first else '{"memory": [{"id": "0"'
     assert all(r["target"].startswith(first) for r in rows), [r["target"] for r in rows]
+
+
+def test_reward_probe_reads_the_runs_config_and_refuses_a_bad_one(tmp_path, capsys):
+    main = load_tool("reward_probe").main
+    seed_dir = tmp_path / "seed-0"
+    _touch(seed_dir, ("base/config.json", "data/gold_ops.json", "rl_tuples/metadata.json"))
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(seed_dir), "--config", str(tmp_path / "nowhere.py:ops")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "nowhere.py is not a Python config file" in err
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(seed_dir), "--config", "experiments/cpu_demo/config.py:ops", "--quick"])
+    assert exit_info.value.code == 2 and "pass one of them" in capsys.readouterr().err
+    assert not list(seed_dir.glob("*_probe_*.json"))

@@ -3,6 +3,8 @@ quick-demo test runs the tool whole through a real frozen Answer Agent."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -17,6 +19,7 @@ from memr1.env.answer import AnswerConfig
 from memr1.env.manager_io import ADD, DELETE, UPDATE, parse_manager_output
 from memr1.env.manager_reward import RewardEnv
 from memr1.env.memory_store import BankSpec
+from memr1.train.stages import linked_questions
 from memr1.tuples.schema import LinkedQA, ManagerTuple, MemoryRecord
 from tests.demo.turns import Turn
 from tests.train import tiny
@@ -37,6 +40,9 @@ def test_behaviours_on_a_list_item_a_change_and_a_repeat():
     assert _ops(item, replies["add"]) == [(ADD, None, item.facts[0])]
     assert _ops(item, replies["delete_add"]) == [(DELETE, 7, ""), (ADD, None, item.facts[0])]
     assert _ops(item, replies["none"]) == []
+    assert _ops(item, replies["overwrite"]) == [(UPDATE, 7, item.facts[0])]
+    alone = Turn(("Andrew works as a baker.",), ())
+    assert _ops(alone, behaviour_replies(alone)["overwrite"]) == [(ADD, None, alone.facts[0])]
 
     move = Turn(("Andrew moved from Chicago to Seattle two days ago.",), ((2, home),))
     replies = behaviour_replies(move)
@@ -116,11 +122,11 @@ def test_through_a_careful_reader_only_the_merge_answers_the_list_question():
         "What are the names of Andrew's dogs?",
         "Toby and Buddy",
     )
-    # Merged: "Andrew has two dogs: Toby and Buddy." Split or lost, the newest dog memory names
-    # Buddy alone; with no write, Toby alone.
+    # Merged: "Andrew has two dogs: Toby and Buddy." Split, lost or written over Toby, the
+    # newest dog memory names Buddy alone; with no write, Toby alone.
     assert _probe(state, "UPDATE") == (
         "UPDATE-list",
-        {"clean": 1.0, "add": 0.0, "delete_add": 0.0, "none": 0.0},
+        {"clean": 1.0, "add": 0.0, "delete_add": 0.0, "overwrite": 0.0, "none": 0.0},
     )
 
 
@@ -134,7 +140,7 @@ def test_through_a_careful_reader_a_kept_plan_answers_a_cancellation_wrongly():
     # Deleted, or the cancellation stored as the newer memory: "nowhere". Kept alone: "Rome".
     assert _probe(state, "DELETE") == (
         "DELETE",
-        {"clean": 1.0, "add": 1.0, "delete_add": 1.0, "none": 0.0},
+        {"clean": 1.0, "add": 1.0, "delete_add": 1.0, "overwrite": 1.0, "none": 0.0},
     )
 
 
@@ -148,8 +154,33 @@ def test_through_a_careful_reader_a_repeat_stored_again_hides_the_merged_list():
     # NONE keeps the bank; the duplicate ADD is the newest dog memory, and it names Toby alone.
     assert _probe(state, "NOOP") == (
         "NOOP",
-        {"clean": 1.0, "add": 0.0, "delete_add": 1.0, "none": 1.0},
+        {"clean": 1.0, "add": 0.0, "delete_add": 1.0, "overwrite": 0.0, "none": 1.0},
     )
+
+
+def test_only_the_shown_memories_questions_make_an_overwrite_cost():
+    state = _state(
+        "Andrew's favorite food is tacos.",
+        ("Andrew lives in Chicago.",),
+        "What is Andrew's favorite food?",
+        "tacos",
+    )
+    home = LinkedQA(1, "Where does Andrew live?", "Chicago", 1, ("D1:2",))
+    writer = dataclasses.replace(state, dia_id="D1:2", facts=("Andrew lives in Chicago.",))
+    records = [dataclasses.replace(writer, qa=(home,)), state]
+    # The turn's own question: the new fact written over the home memory answers it as an ADD.
+    (own,) = [r for r in linked_questions(records, "answerable") if r.dia_id == "D2:1"]
+    assert _probe(own, "ADD")[1]["overwrite"] == 1.0
+    # With the shown memory's question read too, the overwrite loses what that memory answered.
+    (shown,) = [r for r in linked_questions(records, "shown") if r.dia_id == "D2:1"]
+    assert shown.qa == (state.qa[0], home)
+    assert _probe(shown, "ADD")[1] == {
+        "clean": 1.0,
+        "add": 1.0,
+        "delete_add": 1.0,
+        "overwrite": 0.5,
+        "none": 0.5,
+    }
 
 
 def test_a_state_without_a_gold_label_is_named():
