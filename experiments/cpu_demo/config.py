@@ -197,7 +197,9 @@ def traces() -> dict[str, object]:
     entry's event first and a repeat as an explicit NONE entry. Both off (1, False) in the
     demo whose numbers the README has; the "ops" arg turns them on (see ops_recipe).
     collision_copies: renamed variants of every collision turn, each with its own teacher draw
-    (traces.collision_rows; 0 in the README's demo).
+    (traces.collision_rows; 0 in the README's demo). event_weight: the SFT loss weight of each
+    operation word of a teacher's manager reply, the copy rows' excepted (traces.weigh_events;
+    1 in the README's demo).
     """
     return dict(
         direct_fraction=0.3,
@@ -208,6 +210,7 @@ def traces() -> dict[str, object]:
         draws_per_turn=1,
         op_first=False,
         collision_copies=0,
+        event_weight=1.0,
     )
 
 

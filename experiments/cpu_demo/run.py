@@ -142,7 +142,7 @@ class SeedRun(SeedTuples):
         )
         self.trace_mix = dict((mix + collision_mix).most_common())
         rows = augment.augment_rows(manager + answer, lists, t.rename_fraction, self.seed)
-        rows += collisions
+        rows = traces.weigh_events(rows + collisions, t.event_weight)  # not the copy rows
         words = traces.target_words(manager + answer)
         rows += traces.manager_copy_rows(
             words,

@@ -191,6 +191,27 @@ def manager_copy_rows(
     return rows
 
 
+# The operation word of each entry of a manager reply, in either style and either key order.
+_EVENT = re.compile(r'"event": "(ADD|UPDATE|DELETE|NONE)"')
+
+
+def weigh_events(rows: Iterable[dict[str, Any]], weight: float) -> list[dict[str, Any]]:
+    """The rows with ``target_weights`` (`memr1.train.sft.read_sft_pairs`) giving each
+    operation word of a manager reply ``weight`` in the SFT loss; rows without one unchanged.
+
+    The op is one token of a ~30-token reply, so at weight 1 the warm start fits the rows' op
+    mix before it fits which op a prompt calls for (docs/demo.md, 2026-12-03 (evening)).
+    Weight 1 writes no spans: the rows are the unweighted ones, byte for byte.
+    """
+    if not weight >= 0:
+        raise ValueError(f"traces.event_weight must be >= 0, got {weight}")
+    out = []
+    for row in rows:
+        spans = [[m.start(1), m.end(1), weight] for m in _EVENT.finditer(row["target"])]
+        out.append({**row, "target_weights": spans} if spans and weight != 1.0 else row)
+    return out
+
+
 def target_words(rows: Iterable[dict[str, Any]]) -> list[str]:
     """The distinct alphabetic words of the rows' targets, sorted."""
     return sorted({w for row in rows for w in re.findall(r"[A-Za-z]+", row["target"])})

@@ -207,7 +207,7 @@ def run_sft(
     setup: TrainSetup,
     state: TrainState,
     step_fn: Callable,
-    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+    pairs: Sequence[tuple],
     *,
     cfg: LoopConfig,
     length: int,
@@ -216,7 +216,8 @@ def run_sft(
     writer: MetricsWriter | None = None,
     validate: validation.Validate | None = None,
 ) -> TrainState:
-    """SFT over (prompt ids, target ids) pairs for `cfg.steps` steps.
+    """SFT over (prompt ids, target ids[, target weights]) pairs for `cfg.steps` steps (the
+    weights, one per target token or None: `sft.read_sft_pairs`).
 
     `validate(params, step)` (with `cfg.eval_every` > 0) gets the train state's parameters."""
     state, start = resume(checkpointer, setup, state)
@@ -236,7 +237,9 @@ def run_sft(
         idx = idx[multihost.process_slice(len(idx), "pairs a step (batch_size)")]
         need = max(multihost.gather(max(lengths[i] for i in idx)))
         padded = bucket_length(need, length, cfg.sft_buckets)
-        batch = sft_batch([pairs[i][0] for i in idx], [pairs[i][1] for i in idx], padded, pad_id)
+        rows = [pairs[i] for i in idx]
+        weights = [r[2] if len(r) > 2 else None for r in rows]  # (prompt, target[, weights])
+        batch = sft_batch([r[0] for r in rows], [r[1] for r in rows], padded, pad_id, weights)
         # -- update -------------------------------------------------------------------------
         state, metrics = step_fn(state, shard_batch(setup, batch))
         timing = (started, sum(multihost.gather(int(np.sum(batch["valid"])))))

@@ -5,16 +5,23 @@ Batch fields (rows over data × fsdp, B divisible by n_micro × data × fsdp):
   valid      [B, T] bool   real (non-padding) tokens.
   loss_mask  [B, T] bool   tokens whose prediction is trained (the target, usually with its EOS);
                            entry t means "predict tokens[:, t] from tokens[:, :t]".
+  loss_weight [B, T] float optional: each trained token's weight (1 where a row names none).
 
 The loss is the token mean over every target token of the whole batch (the global count, also
 under gradient accumulation), so long targets weigh more than short ones, as in TRL's default.
+With ``loss_weight`` it is the weighted mean, sum(w · NLL) / sum(w) over the batch's trained
+tokens: a row's ``target_weights`` (character spans of its target, `read_sft_pairs`) make a
+few decisive tokens, such as a manager reply's operation word, a larger share of the loss
+without changing what the rest of the reply is trained to be. Validation's loss stays the
+unweighted NLL per token.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -59,14 +66,14 @@ def make_sft_step(
 
     def loss_factory(parts, frozen):
         n_tokens = sum(p["loss_mask"].astype(jnp.float32).sum() for p in parts)
+        denom = sum(_weights(p).sum() for p in parts)
 
         def loss_fn(diff, mb):
             params = merge_params(diff[0], frozen)
             logp, _ = sequence_logprobs(
                 setup.graphdef, params, mb["tokens"], mb["valid"], chunk=cfg.logprob_chunk
             )
-            mask = mb["loss_mask"] & mb["valid"]
-            return masked_mean(-logp, mask, n_tokens), {}
+            return masked_mean(-logp, _weights(mb), denom), {}
 
         return loss_fn, {"n_tokens": n_tokens, "pad_frac": pad_frac([p["valid"] for p in parts])}
 
@@ -81,13 +88,27 @@ def make_sft_step(
     )
 
 
+def _weights(mb) -> jax.Array:
+    """Each position's weight in the loss: the trained tokens' (loss_weight where given)."""
+    mask = (mb["loss_mask"] & mb["valid"]).astype(jnp.float32)
+    return mask * mb["loss_weight"] if "loss_weight" in mb else mask
+
+
 def sft_batch(
-    prompts: list[list[int]], targets: list[list[int]], length: int, pad_id: int = 0
+    prompts: list[list[int]],
+    targets: list[list[int]],
+    length: int,
+    pad_id: int = 0,
+    weights: Sequence[Sequence[float] | None] | None = None,
 ) -> dict[str, np.ndarray]:
     """Right-padded SFT batch from token lists: prompt + target, the loss on the target only.
 
+    ``weights``: per row, one weight per target token, or None for 1 on each; with any row's
+    given, the batch has ``loss_weight``; without (None), it has none and trains as before.
+
     Raises:
-      ValueError: if a prompt + target pair is longer than `length` (naming the row).
+      ValueError: if a prompt + target pair is longer than `length` (naming the row), or a
+        row's weights do not match its target.
     """
     b = len(prompts)
     tokens = np.full((b, length), pad_id, np.int32)
@@ -100,7 +121,17 @@ def sft_batch(
         tokens[i, :n] = list(p) + list(t)
         valid[i, :n] = True
         loss_mask[i, len(p) : n] = True
-    return {"tokens": tokens, "valid": valid, "loss_mask": loss_mask}
+    batch = {"tokens": tokens, "valid": valid, "loss_mask": loss_mask}
+    if weights is not None and any(w is not None for w in weights):
+        loss_weight = loss_mask.astype(np.float32)
+        for i, (p, t, w) in enumerate(zip(prompts, targets, weights, strict=True)):
+            if w is None:
+                continue
+            if len(w) != len(t):
+                raise ValueError(f"SFT row {i}: {len(w)} weights for {len(t)} target tokens")
+            loss_weight[i, len(p) : len(p) + len(t)] = w
+        batch["loss_weight"] = loss_weight
+    return batch
 
 
 def eval_sft_loss(
@@ -118,8 +149,17 @@ def eval_sft_loss(
     return masked_mean(-logp, mask, mask.astype(jnp.float32).sum())
 
 
-def read_sft_pairs(path: str, policy) -> list[tuple[list[int], list[int]]]:
-    """Tokenised (prompt, target + EOS) pairs from a JSONL file of {messages, target}."""
+def read_sft_pairs(path: str, policy) -> list[tuple[list[int], list[int], list[float] | None]]:
+    """Tokenised (prompt, target + EOS, weights) triples from a JSONL file of {messages, target}
+    rows, each with optional ``target_weights``: ``[[start, end, weight], ...]``, character
+    spans of the target whose tokens (any token overlapping the span) get that weight in the
+    loss instead of 1 (the EOS keeps 1). Weights are None for a row without spans.
+
+    Raises:
+      ValueError: naming the file and line, for a row that is not such an object, a prompt over
+        agents.max_prompt_tokens, or a span outside its target or with a weight that is not a
+        finite number >= 0.
+    """
     pairs = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -133,8 +173,34 @@ def read_sft_pairs(path: str, policy) -> list[tuple[list[int], list[int]]]:
                 prompt, _ = policy.encode(policy.render(messages))
             except ValueError as err:  # over agents.max_prompt_tokens: never cut at its head
                 raise ValueError(f"{path}: line {n}: {err}") from err
-            ids = policy.tokenizer.encode(target, add_special_tokens=False)
-            pairs.append((prompt.tolist(), list(ids) + [policy.eos_ids[0]]))
+            spans = row.get("target_weights")
+            if spans is None:
+                ids, weights = policy.tokenizer.encode(target, add_special_tokens=False), None
+            else:
+                ids, weights = _weighted_ids(policy.tokenizer, target, spans, f"{path}: line {n}")
+                weights.append(1.0)  # the EOS
+            pairs.append((prompt.tolist(), list(ids) + [policy.eos_ids[0]], weights))
     if not pairs:
         raise ValueError(f"{path}: no SFT pairs")
     return pairs
+
+
+def _weighted_ids(tokenizer, target: str, spans, where: str) -> tuple[list[int], list[float]]:
+    """The target's token ids and each one's weight from character ``spans``."""
+    enc = tokenizer(target, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = list(enc["input_ids"]), enc["offset_mapping"]
+    weights = [1.0] * len(ids)
+    try:
+        spans = [(int(a), int(b), float(w)) for a, b, w in spans]
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{where}: target_weights: expected [start, end, weight] spans") from err
+    for start, end, weight in spans:
+        if not 0 <= start < end <= len(target) or not math.isfinite(weight) or weight < 0:
+            raise ValueError(
+                f"{where}: target_weights span {[start, end, weight]} is not inside the "
+                f"{len(target)}-character target with a finite weight >= 0"
+            )
+        for i, (a, b) in enumerate(offsets):
+            if a < end and start < b:
+                weights[i] = weight
+    return ids, weights

@@ -177,10 +177,11 @@ def sft_validator(
             chunk_pairs += [([], [])] * (batch_size - len(chunk_pairs))
             idx = np.arange(batch_size)[multihost.process_slice(batch_size, "validation pairs")]
             rows = [chunk_pairs[i] for i in idx]
-            need = max(multihost.gather(max(len(p) + len(t) for p, t in rows)))
+            # (prompt, target[, weights]): validation's loss is the unweighted NLL per token.
+            need = max(multihost.gather(max(len(r[0]) + len(r[1]) for r in rows)))
             batch = sft_batch(
-                [p for p, _ in rows],
-                [t for _, t in rows],
+                [r[0] for r in rows],
+                [r[1] for r in rows],
                 bucket_length(need, length, buckets),
                 pad_id,
             )
