@@ -59,7 +59,7 @@ def row_lengths(sft_data: str, hf_dir: str, max_prompt_tokens: int) -> list[int]
         cfg, None, None, tok, eos_ids=ids.eos_ids, pad_id=ids.pad_id,
         max_prompt_tokens=max_prompt_tokens,
     )  # fmt: skip
-    return [len(p) + len(t) for p, t in read_sft_pairs(sft_data, policy)]
+    return [len(r[0]) + len(r[1]) for r in read_sft_pairs(sft_data, policy)]
 
 
 def replay(lengths, *, batch: int, steps: int, length: int, buckets: int, seed: int, group: int):

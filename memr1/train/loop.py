@@ -225,7 +225,7 @@ def run_sft(
     # -- eval: the start weights ----------------------------------------------------------------
     _validate_start(val, start, state, checkpointer)
     lag = LaggedMetrics()
-    lengths = [len(p) + len(t) for p, t in pairs]
+    lengths = [len(r[0]) + len(r[1]) for r in pairs]
     bar = progress(range(start, cfg.steps), total=cfg.steps, initial=start, desc=cfg.desc)
     for step in bar:
         started = time.perf_counter()

@@ -126,3 +126,29 @@ def test_bad_target_weights_name_the_file_and_line(policy_io, tmp_path, spans, w
     path = _write(tmp_path / "bad.jsonl", rows)
     with pytest.raises(ValueError, match=f"bad.jsonl: line 2: target_weights.*{what}"):
         sft.read_sft_pairs(path, policy_io)
+
+
+def _loop_params(tmp_path, pairs, name):
+    from memr1.train import loop, mesh, state
+    from memr1.train.metrics_log import MetricsWriter
+
+    setup, s0 = state.create_train_state(
+        mesh.build_mesh(1, 1, 1, model_cfgs=[tiny.CFG]), tiny.CFG, tiny.optim(), seed=0
+    )
+    step = sft.make_sft_step(setup, tiny.sft_config(n_micro=1))
+    cfg = loop.LoopConfig.from_config(tiny.config("runlocal,algo=sft", steps=3, batch_size=4))
+    with MetricsWriter(tmp_path / name, tensorboard=False) as writer:
+        final = loop.run_sft(setup, s0, step, pairs, cfg=cfg, length=32, pad_id=0, writer=writer)
+    return final.params
+
+
+def test_the_sft_loop_trains_on_weighted_triples(tmp_path):
+    rng = np.random.default_rng(0)
+    pairs = [([1, 2, 3], rng.integers(5, 60, size=int(k)).tolist()) for k in (3, 5, 7, 9) * 2]
+    plain = _loop_params(tmp_path, pairs, "plain")
+    unweighted = _loop_params(tmp_path, [(p, t, None) for p, t in pairs], "none")
+    assert tiny.leaves_equal(plain, unweighted)  # (prompt, target, None) is the plain pair
+    heavy = [(p, t, [4.0] + [1.0] * (len(t) - 1)) for p, t in pairs]
+    weighted = _loop_params(tmp_path, heavy, "heavy")
+    assert not tiny.leaves_equal(plain, weighted)
+    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(weighted))
