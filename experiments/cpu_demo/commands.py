@@ -69,6 +69,7 @@ def stage_overrides(
         o["train.eval_every"] = c.manager.eval_every
         o["train.min_overlap"] = c.manager.min_overlap
         o["train.linked_qa"] = c.manager.linked_qa
+        o["train.oversample"] = c.manager.oversample
         o["train.group_size"] = c.group_size
         # The frozen answerer answers the linked questions over the G candidate banks of a
         # state in one call (agents.answer_max_new_tokens bounds its replies, as in evaluation).

@@ -171,7 +171,9 @@ def manager_stage() -> dict[str, object]:
     (train.min_overlap, label-free; 0 = every turn with a linked question). linked_qa:
     train.linked_qa, the questions a state's reward reads ("cites": the paper's, every one
     citing the turn; "answerable": only those the bank after the turn can answer; "shown": also
-    the answerable questions about the memories shown to the manager).
+    the answerable questions about the memories shown to the manager). oversample:
+    train.oversample, states rolled out a step per state updated on, those whose group has a
+    reward spread first (DAPO's dynamic sampling; 1 = off, the paper's).
     """
     return dict(
         steps=30,
@@ -181,6 +183,7 @@ def manager_stage() -> dict[str, object]:
         eval_every=5,
         min_overlap=0.0,
         linked_qa="cites",
+        oversample=1,
     )
 
 

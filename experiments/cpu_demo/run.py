@@ -163,8 +163,11 @@ class SeedRun(SeedTuples):
     def trace_settings(self) -> dict:
         """Everything the traces are a function of besides the seed and the tuples: what a
         reused traces folder must have been built with (seed_tuples.check_built_with)."""
+        t = self.c.traces.to_dict()
+        if t["event_weight"] == 1.0:  # no spans: the rows of a build from before the key
+            del t["event_weight"]
         return {
-            "traces": self.c.traces.to_dict(),
+            "traces": t,
             "style": self.c.style,
             "answer_teacher": self.c.answer_teacher.to_dict(),
             "answer_banks": self.c.banks.answer,

@@ -79,6 +79,7 @@ def test_the_full_demo_stages_run_with_these_flags():
         # Every turn with a linked question, every question citing it (the paper's states).
         "--config.train.min_overlap=0.0",
         "--config.train.linked_qa=cites",
+        "--config.train.oversample=1",
         "--config.train.group_size=8",
         "--config.train.rollout_batch_size=8",
     ]
@@ -219,6 +220,11 @@ def test_traces_and_sft_built_with_other_settings_are_not_reused(tmp_path):
     with pytest.raises(ValueError, match=r"traces.draws_per_turn: built 4, config 1"):
         other.make_traces()
     assert run.sft_data.read_text() == '{"messages": [], "target": "x"}\n'  # left as it was
+    weighted = get_config("ops")
+    weighted.traces.event_weight = 4.0
+    heavy = SeedRun(weighted, 0, tmp_path, algo="grpo", log=print)
+    with pytest.raises(ValueError, match=r"traces.event_weight: built '\(none\)', config 4.0"):
+        heavy.make_traces()  # unit weights record no key: a build from before it is reusable
 
     record_build(run.sft, run.sft_settings())
     with pytest.raises(ValueError, match=r"sft.steps: built 2000, config 1400"):
