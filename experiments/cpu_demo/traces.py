@@ -205,10 +205,16 @@ def weigh_events(rows: Iterable[dict[str, Any]], weight: float) -> list[dict[str
     """
     if not weight >= 0:
         raise ValueError(f"traces.event_weight must be >= 0, got {weight}")
+    if weight == 1.0:
+        return list(rows)
     out = []
     for row in rows:
         spans = [[m.start(1), m.end(1), weight] for m in _EVENT.finditer(row["target"])]
-        out.append({**row, "target_weights": spans} if spans and weight != 1.0 else row)
+        if len(spans) != row["target"].count('"event"'):  # a reply format _EVENT cannot read
+            raise ValueError(
+                f"weigh_events: an event word _EVENT does not match in {row['target']!r}"
+            )
+        out.append({**row, "target_weights": spans} if spans else row)
     return out
 
 
@@ -219,6 +225,8 @@ def target_words(rows: Iterable[dict[str, Any]]) -> list[str]:
 
 def trace_texts(rows: Iterable[dict[str, Any]]) -> list[str]:
     """Prompt and target texts of rows (what the tokenizer should learn to cut well)."""
+    if weight == 1.0:
+        return list(rows)
     out = []
     for row in rows:
         out.append(to_prompt_text(row["messages"]))

@@ -187,7 +187,10 @@ def read_sft_pairs(path: str, policy) -> list[tuple[list[int], list[int], list[f
 
 def _weighted_ids(tokenizer, target: str, spans, where: str) -> tuple[list[int], list[float]]:
     """The target's token ids and each one's weight from character ``spans``."""
-    enc = tokenizer(target, add_special_tokens=False, return_offsets_mapping=True)
+    try:
+        enc = tokenizer(target, add_special_tokens=False, return_offsets_mapping=True)
+    except NotImplementedError as err:  # a slow tokenizer keeps no character offsets
+        raise ValueError(f"{where}: target_weights need a fast tokenizer ({err})") from err
     ids, offsets = list(enc["input_ids"]), enc["offset_mapping"]
     weights = [1.0] * len(ids)
     try:

@@ -37,6 +37,9 @@ def test_unit_weight_and_rows_without_an_event_are_unchanged():
     assert traces.weigh_events(rows, 3.0)[1] == rows[1]
     with pytest.raises(ValueError, match="traces.event_weight must be >= 0"):
         traces.weigh_events(rows, -1.0)
+    spaced = {"messages": [], "target": '{"memory": [{"event" : "ADD", "text": "x"}]}'}
+    with pytest.raises(ValueError, match="an event word _EVENT does not match"):
+        traces.weigh_events([spaced], 3.0)  # never a silently unweighted reply
 
 
 def test_the_weighted_tokens_read_back_are_the_event_words(tmp_path):
