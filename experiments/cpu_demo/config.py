@@ -110,8 +110,8 @@ def world() -> dict[str, object]:
     Every change and cancellation gets a question a stale memory answers wrongly, and repeats
     are cited by the questions they restate (change_questions, cite_repeats), so that the
     manager stage's outcome reward can see every kind of operation. max_cancels, cancel_weight:
-    None and 3.0 (a cancellation is a plan's one change, synthloco's default weight); the "ops"
-    arg doubles the cancellations (ops_recipe).
+    None and 3.0 (a cancellation is a plan's one change, synthloco's default weight); 2 and 6.0
+    double the cancellations (docs/demo.md, 2026-12-04).
     """
     return dict(
         splits=(("train", 32), ("validation", 6), ("test", 10)),
@@ -230,11 +230,11 @@ def ops_recipe(config: ml_collections.ConfigDict) -> None:
     question, and only the linked questions answerable at the state's turn (on collision turns
     alone, min_overlap 0.5, a stage this size learned to UPDATE new facts over shown memories).
     The answer stage: two more renamed copies of the list, plan, city and job questions, whose
-    answers the manager's operations decide. The world: twice the cancellations (a plan may be
-    called off twice, apart from its one change, at twice the weight; train DELETEs 37 -> 70 on
-    seed 0), the rarest collision, which every warm start before read as a repeat.
+    answers the manager's operations decide. Not in the recipe (measured on validation,
+    docs/demo.md 2026-12-04): twice the cancellations (synth max_cancels 2, cancel_weight 6.0:
+    the RL Answer Agent then answers every plan question "nowhere" and no reward sees a DELETE)
+    and traces.event_weight (measured only in that world).
     """
-    config.synth.update(max_cancels=2, cancel_weight=6.0)
     config.traces.update(draws_per_turn=4, op_first=True, manager_copy_rows=1600)
     config.sft.update(steps=2000, group_by_length=16, buckets=8, lr_decay="cosine")
     config.manager.update(steps=60, lr=2e-4, linked_qa="answerable")

@@ -168,8 +168,6 @@ def test_the_ops_recipe_is_opt_in_and_changes_what_it_says():
     }
     assert {k for k in default if default[k] != ops[k]} == {p for p, _ in changed}
     assert changed == {
-        ("synth", "max_cancels"): 2,
-        ("synth", "cancel_weight"): 6.0,
         ("traces", "draws_per_turn"): 4,
         ("traces", "op_first"): True,
         ("traces", "manager_copy_rows"): 1600,
