@@ -225,8 +225,6 @@ def target_words(rows: Iterable[dict[str, Any]]) -> list[str]:
 
 def trace_texts(rows: Iterable[dict[str, Any]]) -> list[str]:
     """Prompt and target texts of rows (what the tokenizer should learn to cut well)."""
-    if weight == 1.0:
-        return list(rows)
     out = []
     for row in rows:
         out.append(to_prompt_text(row["messages"]))
