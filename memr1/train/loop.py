@@ -226,6 +226,10 @@ def run_sft(
     _validate_start(val, start, state, checkpointer)
     lag = LaggedMetrics()
     lengths = [len(r[0]) + len(r[1]) for r in pairs]
+    # Whether batches carry loss_weight is the data's property, not a step's: every process
+    # and every step then feeds one pytree to one compiled program (a step of unweighted rows
+    # alone would otherwise be a second program, and a process-dependent field a hang).
+    weighted = any(len(r) > 2 and r[2] is not None for r in pairs)
     bar = progress(range(start, cfg.steps), total=cfg.steps, initial=start, desc=cfg.desc)
     for step in bar:
         started = time.perf_counter()
@@ -238,7 +242,7 @@ def run_sft(
         need = max(multihost.gather(max(lengths[i] for i in idx)))
         padded = bucket_length(need, length, cfg.sft_buckets)
         rows = [pairs[i] for i in idx]
-        weights = [r[2] if len(r) > 2 else None for r in rows]  # (prompt, target[, weights])
+        weights = [r[2] if len(r) > 2 else None for r in rows] if weighted else None
         batch = sft_batch([r[0] for r in rows], [r[1] for r in rows], padded, pad_id, weights)
         # -- update -------------------------------------------------------------------------
         state, metrics = step_fn(state, shard_batch(setup, batch))

@@ -103,8 +103,8 @@ def sft_batch(
 ) -> dict[str, np.ndarray]:
     """Right-padded SFT batch from token lists: prompt + target, the loss on the target only.
 
-    ``weights``: per row, one weight per target token, or None for 1 on each; with any row's
-    given, the batch has ``loss_weight``; without (None), it has none and trains as before.
+    ``weights``: per row, one weight per target token, or None for 1 on each; given (even all
+    None), the batch has ``loss_weight``; without (None), it has none and trains as before.
 
     Raises:
       ValueError: if a prompt + target pair is longer than `length` (naming the row), or a
@@ -122,7 +122,7 @@ def sft_batch(
         valid[i, :n] = True
         loss_mask[i, len(p) : n] = True
     batch = {"tokens": tokens, "valid": valid, "loss_mask": loss_mask}
-    if weights is not None and any(w is not None for w in weights):
+    if weights is not None:
         loss_weight = loss_mask.astype(np.float32)
         for i, (p, t, w) in enumerate(zip(prompts, targets, weights, strict=True)):
             if w is None:

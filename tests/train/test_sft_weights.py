@@ -65,7 +65,8 @@ def test_sft_batch_weights_its_rows_targets():
     b = sft.sft_batch([[5, 6], [7]], [[8, 9], [3, 4, 2]], length=6, weights=[[2.0, 0.5], None])
     np.testing.assert_array_equal(b["loss_weight"][0], [0, 0, 2.0, 0.5, 0, 0])
     np.testing.assert_array_equal(b["loss_weight"][1], [0, 1, 1, 1, 0, 0])
-    assert "loss_weight" not in sft.sft_batch([[5]], [[8]], length=4, weights=[None])
+    ones = sft.sft_batch([[5]], [[8]], length=4, weights=[None])["loss_weight"]
+    np.testing.assert_array_equal(ones, [[0, 1, 0, 0]])  # the field whatever the rows hold
     assert "loss_weight" not in sft.sft_batch([[5]], [[8]], length=4)
     with pytest.raises(ValueError, match="SFT row 0: 1 weights for 2 target tokens"):
         sft.sft_batch([[5]], [[8, 9]], length=4, weights=[[1.0]])
@@ -128,14 +129,20 @@ def test_bad_target_weights_name_the_file_and_line(policy_io, tmp_path, spans, w
         sft.read_sft_pairs(path, policy_io)
 
 
-def _loop_params(tmp_path, pairs, name):
+def _loop_params(tmp_path, pairs, name, fields=None):
     from memr1.train import loop, mesh, state
     from memr1.train.metrics_log import MetricsWriter
 
     setup, s0 = state.create_train_state(
         mesh.build_mesh(1, 1, 1, model_cfgs=[tiny.CFG]), tiny.CFG, tiny.optim(), seed=0
     )
-    step = sft.make_sft_step(setup, tiny.sft_config(n_micro=1))
+    sft_step = sft.make_sft_step(setup, tiny.sft_config(n_micro=1))
+
+    def step(s, batch):
+        if fields is not None:
+            fields.append(sorted(batch))
+        return sft_step(s, batch)
+
     cfg = loop.LoopConfig.from_config(tiny.config("runlocal,algo=sft", steps=3, batch_size=4))
     with MetricsWriter(tmp_path / name, tensorboard=False) as writer:
         final = loop.run_sft(setup, s0, step, pairs, cfg=cfg, length=32, pad_id=0, writer=writer)
@@ -152,3 +159,17 @@ def test_the_sft_loop_trains_on_weighted_triples(tmp_path):
     weighted = _loop_params(tmp_path, heavy, "heavy")
     assert not tiny.leaves_equal(plain, weighted)
     assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(weighted))
+
+
+def test_every_step_has_loss_weight_when_any_row_is_weighted(tmp_path):
+    # Weighted rows first, plain rows after: batches of 4 drawn from them mix or hold none,
+    # and still every step feeds the same fields (one program; one pytree on every process).
+    rng = np.random.default_rng(1)
+    pairs = [([1, 2], rng.integers(5, 60, size=4).tolist()) for _ in range(8)]
+    mixed = [(p, t, [3.0] * len(t) if i < 2 else None) for i, (p, t) in enumerate(pairs)]
+    fields = []
+    _loop_params(tmp_path, mixed, "mixed", fields)
+    assert len(fields) == 3 and all("loss_weight" in f for f in fields), fields
+    fields = []
+    _loop_params(tmp_path, pairs, "plain", fields)
+    assert all("loss_weight" not in f for f in fields), fields
