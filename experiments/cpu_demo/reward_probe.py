@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import collections
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -36,46 +36,52 @@ import numpy as np
 from experiments.cpu_demo.teacher import CAREFUL, ManagerRates, MemZeroLikeTeacher
 from memr1.env.manager_io import ADD, UPDATE, ManagerOp, format_manager_output
 
-BEHAVIOURS: dict[str, ManagerRates | None] = {
-    "clean": CAREFUL,
-    # never merges, never deletes, never skips: every fact becomes a new memory
-    "add": ManagerRates(0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
-    "delete_add": ManagerRates(
-        list_merge=0.0,
-        list_delete_add=1.0,
-        change_update=0.0,
-        change_delete_add=1.0,
-        cancel_delete=1.0,
-        repeat_noop=1.0,
-    ),
-    "overwrite": None,
-    "none": None,
-}
-GROUPS = ("ADD", "UPDATE-list", "UPDATE-change", "DELETE", "NOOP")
+Facts = list[str]
+Shown = list[tuple[int, str]]
 
 
-def behaviour_replies(t: Any, style: str = "compact") -> dict[str, str]:
-    """Each behaviour's manager reply to the ManagerTuple ``t`` (rates of 0 or 1 draw nothing
-    that matters, so the replies do not depend on the teacher's seed)."""
-    _, id_map = t.manager_input(style=style)
-    out = {}
-    for name, rates in BEHAVIOURS.items():
-        if name == "overwrite":
-            ops = _overwrite(list(t.facts), list(t.retrieved))
-        elif rates is None:
-            ops = []
-        else:
-            ops = MemZeroLikeTeacher(0, rates)(list(t.facts), list(t.retrieved))
-        out[name] = format_manager_output(ops, id_map, style=style)
-    return out
+def _teacher(rates: ManagerRates) -> Callable[[Facts, Shown], list[ManagerOp]]:
+    """The demo teacher at ``rates`` (rates of 0 or 1 draw nothing that matters, so the replies
+    do not depend on the teacher's seed)."""
+    return MemZeroLikeTeacher(0, rates)
 
 
-def _overwrite(facts: list[str], retrieved: list[tuple[int, str]]) -> list[ManagerOp]:
+def _overwrite(facts: Facts, retrieved: Shown) -> list[ManagerOp]:
     """The first fact written over the top shown memory, the others ADDed."""
     if not retrieved:
         return [ManagerOp(ADD, None, fact) for fact in facts]
     first, *rest = facts
     return [ManagerOp(UPDATE, retrieved[0][0], first)] + [ManagerOp(ADD, None, f) for f in rest]
+
+
+# Each behaviour's ops for a turn's facts and shown memories.
+BEHAVIOURS: dict[str, Callable[[Facts, Shown], list[ManagerOp]]] = {
+    "clean": _teacher(CAREFUL),
+    # never merges, never deletes, never skips: every fact becomes a new memory
+    "add": _teacher(ManagerRates(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)),
+    "delete_add": _teacher(
+        ManagerRates(
+            list_merge=0.0,
+            list_delete_add=1.0,
+            change_update=0.0,
+            change_delete_add=1.0,
+            cancel_delete=1.0,
+            repeat_noop=1.0,
+        )
+    ),
+    "overwrite": _overwrite,
+    "none": lambda facts, retrieved: [],
+}
+GROUPS = ("ADD", "UPDATE-list", "UPDATE-change", "DELETE", "NOOP")
+
+
+def behaviour_replies(t: Any, style: str = "compact") -> dict[str, str]:
+    """Each behaviour's manager reply to the ManagerTuple ``t``."""
+    _, id_map = t.manager_input(style=style)
+    return {
+        name: format_manager_output(ops(list(t.facts), list(t.retrieved)), id_map, style=style)
+        for name, ops in BEHAVIOURS.items()
+    }
 
 
 def gold_group(gold: Mapping[str, Any]) -> str:
@@ -145,14 +151,15 @@ def probe_seed(seed_run, answerer, *, max_states: int | None = None) -> dict:
     """The probe over a demo seed's manager-stage states through ``answerer`` (a policy, e.g.
     ``checkpoint_answerer``, or the rule reader); the seed's memory sizes, embedder, states and
     linked questions, as the manager stage uses them (`memr1.train.stages.rl_states`)."""
-    from memr1.env.collision import collision_states
-    from memr1.train.stages import linked_questions
+    from memr1.train.stages import manager_records
     from memr1.tuples import read_tuples
 
     m = seed_run.c.manager
-    states = read_tuples(seed_run.rl_tuples, "manager")
-    states = collision_states(
-        [t for t in linked_questions(states, m.linked_qa) if t.has_qa], m.min_overlap
+    states = manager_records(
+        read_tuples(seed_run.rl_tuples, "manager"),
+        linked_qa=m.linked_qa,
+        min_overlap=m.min_overlap,
+        source=seed_run.rl_tuples,
     )
     states = states[:max_states] if max_states else states
     return probe_rewards(

@@ -65,25 +65,13 @@ def rl_states(config, models: Models, policy, tuples, env=None) -> tuple[list, C
             )
 
         return states, do_rollout
-    records = read_tuples(tuples, "manager")
-    records = linked_questions(records, t.linked_qa)
-    if t.only_turns_with_qa:
-        records = [r for r in records if r.has_qa]
-    # Every value is checked (collision_states raises outside [0, 1]); 0 keeps every turn.
-    kept = collision_states(records, t.min_overlap)
-    if t.min_overlap > 0:
-        logging.info(
-            "manager states: %d of %d turns collide (word overlap >= %g)",
-            len(kept),
-            len(records),
-            t.min_overlap,
-        )
-        if not kept:
-            raise ValueError(
-                f"{tuples}: no manager state has a word overlap >= train.min_overlap="
-                f"{t.min_overlap} with its top shown memory ({len(records)} turns)"
-            )
-    records = kept
+    records = manager_records(
+        read_tuples(tuples, "manager"),
+        linked_qa=t.linked_qa,
+        min_overlap=t.min_overlap,
+        only_turns_with_qa=t.only_turns_with_qa,
+        source=tuples,
+    )
     states = [rollout.manager_state_from_tuple(x) for x in records]
     env = env or reward_env(config, models)
 
@@ -93,6 +81,41 @@ def rl_states(config, models: Models, policy, tuples, env=None) -> tuple[list, C
         )
 
     return states, do_rollout
+
+
+def manager_records(
+    records: list,
+    *,
+    linked_qa: str,
+    min_overlap: float,
+    only_turns_with_qa: bool = True,
+    source: object = "tuples",
+) -> list:
+    """The manager stage's states as tuples: each with the questions its reward reads
+    (`linked_questions`), only the turns with any (``only_turns_with_qa``), and with
+    ``min_overlap`` > 0 only those whose fact collides with its top shown memory.
+
+    Raises:
+      ValueError: no turn of ``source`` collides at ``min_overlap``, or it is outside [0, 1].
+    """
+    records = linked_questions(records, linked_qa)
+    if only_turns_with_qa:
+        records = [r for r in records if r.has_qa]
+    # Every value is checked (collision_states raises outside [0, 1]); 0 keeps every turn.
+    kept = collision_states(records, min_overlap)
+    if min_overlap > 0:
+        logging.info(
+            "manager states: %d of %d turns collide (word overlap >= %g)",
+            len(kept),
+            len(records),
+            min_overlap,
+        )
+        if not kept:
+            raise ValueError(
+                f"{source}: no manager state has a word overlap >= train.min_overlap="
+                f"{min_overlap} with its top shown memory ({len(records)} turns)"
+            )
+    return kept
 
 
 LINKED_QA = ("cites", "answerable", "shown")
