@@ -12,7 +12,10 @@ probability. Chance (guessing among the world's names) is about 0.1; docs/demo.m
 this number, not EM, says whether a warm start can be improved by RL. The teachers' replies
 are written as the run's config writes its traces (--config: the same FILE[:ARG] as the run's;
 an op-first warm start is scored on op-first replies). Prints a table and writes
-JSON (--out; default SEED_DIR/copy_probe_<split>.json).
+JSON (--out; default SEED_DIR/copy_probe_<split>.json). --reading also answers the same
+questions greedily and reports EM where the gold answer is written in a shown memory and where
+it is not (experiments/cpu_demo/reading.py): a reader scores far higher on the first, a policy
+that answers from the world's prior the same on both.
 """
 
 from __future__ import annotations
@@ -45,6 +48,11 @@ def main(argv=None) -> int:
     parser.add_argument("--max_rows", type=int, default=200, help="rows per agent")
     parser.add_argument("--quick", action="store_true", help="the folder is a --quick demo's")
     parser.add_argument("--config", default=None, help="the run's demo config as FILE[:ARG]")
+    parser.add_argument(
+        "--reading",
+        action="store_true",
+        help="also answer the split's questions greedily: EM where the gold is in a shown memory",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
 
@@ -64,13 +72,23 @@ def main(argv=None) -> int:
     if not Path(split_spec(checkpoint)[0]).is_dir():
         parser.error(f"checkpoint {checkpoint}: not a directory (an Orbax train checkpoints dir)")
     run = SeedRun(config, seed, seed_dir, algo="grpo", log=lambda _: None)
-    result = probe_checkpoint(run, checkpoint, args.split, max_rows=args.max_rows)
+    result = probe_checkpoint(
+        run, checkpoint, args.split, max_rows=args.max_rows, reading=args.reading
+    )
 
     print(f"copy probe of {checkpoint} on {args.split} ({result['rows']} rows)")
     print("| agent | copy tokens | top-1 | mean p |\n|---|---|---|---|")
     for agent in AGENTS:
         s = result["scores"][agent]
         print(f"| {agent} | {s['tokens']} | {s['top1']:.2f} | {s['mean_prob']:.2f} |")
+    if args.reading:
+        r = result["reading"]
+        print(f"reading: greedy answers to {r['questions']} questions")
+        print("| gold in a shown memory | questions | EM | teacher EM | agrees with teacher |")
+        print("|---|---|---|---|---|")
+        for group, g in r["groups"].items():
+            cells = f"{g['em']:.3f} | {g['teacher_em']:.3f} | {g['agrees_with_teacher']:.3f}"
+            print(f"| {group} | {g['n']} | {cells} |")
     out = args.out or seed_dir / f"copy_probe_{args.split}.json"
     write_json_atomic(out, result, indent=1)  # never a half-written report
     print(f"wrote {out}")

@@ -129,9 +129,13 @@ def teacher_rows(seed_run, split: str, *, max_rows: int = 200) -> dict[str, list
     return {"manager": manager[:max_rows], "answer": answer[:max_rows]}
 
 
-def probe_checkpoint(seed_run, checkpoint: str, split: str, *, max_rows: int = 200) -> dict:
+def probe_checkpoint(
+    seed_run, checkpoint: str, split: str, *, max_rows: int = 200, reading: bool = False
+) -> dict:
     """CopyScores per agent of the policy saved in ``checkpoint`` (an Orbax train directory)
-    on the teachers' rows of ``split``; the backbone's shapes and tokenizer are the seed's."""
+    on the teachers' rows of ``split``; the backbone's shapes and tokenizer are the seed's.
+    With ``reading``, also its greedy answers to the same questions, readable or not
+    (`reading.reading_scores`), under "reading"."""
     from memr1.env import load
     from memr1.train.checkpoint import restore_params
 
@@ -146,9 +150,17 @@ def probe_checkpoint(seed_run, checkpoint: str, split: str, *, max_rows: int = 2
         lambda messages: policy.encode(policy.render(messages))[0],
         rows,
     )
-    return {
+    out = {
         "checkpoint": str(checkpoint),
         "split": split,
         "rows": {agent: len(r) for agent, r in rows.items()},
         "scores": {agent: scores[agent].as_dict() for agent in AGENTS},
     }
+    if reading:
+        from experiments.cpu_demo.reading import reading_scores
+        from experiments.cpu_demo.reward_probe import reward_env
+
+        tuples = seed_run.teacher_tuples(split).answer[:max_rows]
+        cfg = reward_env(seed_run, policy).answer  # evaluation's answer settings
+        out["reading"] = reading_scores(tuples, policy, cfg, seed_run.answer_teacher())
+    return out
