@@ -28,7 +28,8 @@ Teacher = Callable[[str, Mapping[str, Sequence[tuple[str, str]]]], tuple[list[st
 
 
 def is_readable(t: Any) -> bool:
-    """True when the gold answer of the AnswerTuple ``t`` is written in a memory it shows."""
+    """True when the gold answer of the AnswerTuple ``t`` is written in a memory it shows (a
+    case-insensitive substring: "two" in "Ana has two cats.")."""
     gold = t.answer.strip().lower()
     return bool(gold) and any(gold in m.text.lower() for m in t.memories)
 

@@ -96,9 +96,13 @@ def test_quick_demo_writes_every_output(tmp_path, capsys):
 
     # The reading probe (tools/copy_probe.py) scores the warm start on the validation rows.
     probe_out = tmp_path / "probe.json"
-    argv = [str(seed), "--quick", "--split", "validation", "--out", str(probe_out)]
+    argv = [str(seed), "--quick", "--split", "validation", "--reading", "--out", str(probe_out)]
     assert load_tool("copy_probe").main(argv) == 0
     probe = json.loads(probe_out.read_text())
+    reading = probe["reading"]
+    assert reading["questions"] == sum(g["n"] for g in reading["groups"].values()) > 0
+    for g in reading["groups"].values():
+        assert all(0.0 <= g[f] <= 1.0 for f in ("em", "teacher_em", "agrees_with_teacher"))
     for agent in ("manager", "answer"):
         scores = probe["scores"][agent]
         assert scores["rows"] > 0 and scores["tokens"] > 0, agent
