@@ -66,6 +66,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # turn's own operation decides its linked answers.
     config.banks = dict(answer=("teacher", "careful"), manager="careful")
     config.traces = traces()
+    # Copy pretraining of the random backbone before its warm start (pretrain.py): steps
+    # updates of batch_size rows [BOS] x [SEP] x, x of tokens (min, max) uniform random ids,
+    # AdamW at lr after warmup_steps. 0 steps: off, the README's demo (the "ops" recipe: 600).
+    config.pretrain = dict(steps=0, batch_size=32, lr=1e-3, warmup_steps=50, tokens=(8, 24))
     # The warm start: one policy, both agents; its sequence length is the longest trace's.
     # group_by_length and buckets: train.sft_group_by_length and train.sft_buckets (batches
     # drawn at random and padded to one of 4 widths here; tools/sft_padding.py counts both).
@@ -221,7 +225,9 @@ def ops_recipe(config: ml_collections.ConfigDict) -> None:
     """Issue 26's recipe for a manager that learns its operations (opt-in, not yet the measured
     default; docs/demo.md, 2026-12-03 (evening), has its probes and RL stages on two seeds).
 
-    The warm start: replies with the operation first and NONE as an explicit entry, four draws
+    The backbone: 600 steps of copy pretraining before the warm start (pretrain.py), so that
+    every seed's warm start can copy a fact into its reply and a value out of a memory. The
+    warm start: replies with the operation first and NONE as an explicit entry, four draws
     of the teacher's choice per collision turn, and twice the default's manager copy rows (1,600:
     with 400 the warm start stopped copying the fact into its reply, copy probe 0.13 against
     0.70), 2,000 SFT steps in length-grouped batches at 8 widths, the rate decayed to 0 on a
@@ -236,6 +242,7 @@ def ops_recipe(config: ml_collections.ConfigDict) -> None:
     and traces.event_weight (measured only in that world).
     """
     config.traces.update(draws_per_turn=4, op_first=True, manager_copy_rows=1600)
+    config.pretrain.steps = 600
     config.sft.update(steps=2000, group_by_length=16, buckets=8, lr_decay="cosine")
     config.manager.update(steps=60, lr=2e-4, linked_qa="answerable")
     config.answer.update(oversample_copies=2)
@@ -253,6 +260,7 @@ def quick(config: ml_collections.ConfigDict) -> None:
     config.traces.manager_copy_rows = 8
     config.traces.answer_read_rows = 8
     config.sft.update(steps=4, batch_size=4)
+    config.pretrain.update(steps=min(config.pretrain.steps, 3), batch_size=4, tokens=(2, 6))
     config.answer.update(steps=2, batch_size=2, max_new_tokens=24, eval_every=2)
     config.manager.update(steps=2, batch_size=2, max_new_tokens=32, eval_every=2)
     config.group_size = 2

@@ -7,7 +7,8 @@
   traces     SFT rows: the manager teacher's ops, the answer teacher's replies on the banks of
              ``banks.answer``, manager copy rows and answer reading rows (read_rows.py)
   tokenizer  byte-level BPE on the train split's text (train_bpe_tokenizer), HF format
-  base       the tiny backbone, randomly initialised, exported as an HF checkpoint
+  base       the tiny backbone, randomly initialised (and copy-pretrained with pretrain.steps
+             > 0: pretrain.py), exported as an HF checkpoint
   sft        one policy warm-started on both agents' traces (memr1.train.train, algo=sft)
   rl_tuples  both RL stages' states: the answer tuples of ``banks.answer`` plus entity-renamed
              copies of them, and the manager tuples of ``banks.manager``
@@ -177,7 +178,7 @@ class SeedRun(SeedTuples):
         """What a reused (or resumed) SFT folder must have been trained with: the sft section
         and the traces it read, by content."""
         digest = hashlib.sha256(self.sft_data.read_bytes()).hexdigest()
-        return {"sft": self.c.sft.to_dict(), "traces_sha256": digest}
+        return {"sft": self.c.sft.to_dict(), "traces_sha256": digest, **self.base_settings()}
 
     def trace_texts(self) -> list[str]:
         """Prompt and target texts of the written SFT traces."""
@@ -194,18 +195,41 @@ class SeedRun(SeedTuples):
         train_bpe_tokenizer(texts, self.tokenizer, vocab_size=self.c.vocab_size)
 
     def make_base(self) -> None:
-        """The tiny backbone with a vocabulary cut to the tokenizer's, as an HF checkpoint."""
+        """The tiny backbone with a vocabulary cut to the tokenizer's, randomly initialised and,
+        with pretrain.steps > 0, copy-pretrained (pretrain.py), as an HF checkpoint."""
+        from experiments.cpu_demo import pretrain
         from memr1.models import config as model_config
         from memr1.models import transformer
         from memr1.models.hf_export import export_hf
         from memr1.models.tokenizer import load_tokenizer
 
+        settings = self.base_settings()
         if (self.base / "config.json").is_file():
+            if settings:
+                check_built_with(self.base, settings)
             return
-        vocab = -(-len(load_tokenizer(self.tokenizer)) // 128) * 128
+        tok = load_tokenizer(self.tokenizer)
+        vocab = -(-len(tok) // 128) * 128
         cfg = model_config.get_size("tiny", vocab_size=vocab)
         _, params = transformer.init_model(cfg, seed=self.seed)
+        history = None
+        if settings:  # copied: the ids after the specials but the last, the separator
+            sep = len(tok) - 1
+            ids = (max(tok.eos_token_id, tok.pad_token_id) + 1, sep)
+            params, history = pretrain.pretrain(
+                cfg, params, self.c.pretrain, ids=ids, bos=tok.eos_token_id, sep=sep,
+                seed=self.seed, log=lambda line: self.log(f"[seed {self.seed}] {line}"),
+            )  # fmt: skip
         export_hf(cfg, params, self.base, tokenizer_dir=self.tokenizer, overwrite=True)
+        if settings:
+            (self.base / "pretrain.json").write_text(json.dumps(history, indent=1) + "\n")
+            record_build(self.base, settings)
+
+    def base_settings(self) -> dict:
+        """What a reused base folder must have been built with: the pretrain section, or
+        nothing when pretraining is off (a random init is a function of the seed alone)."""
+        p = self.c.pretrain.to_dict()
+        return {"pretrain": p} if p["steps"] > 0 else {}
 
     def sft_length(self) -> int:
         """The longest trace (prompt + reply + EOS) in tokens, rounded up to a multiple of 16:

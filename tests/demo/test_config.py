@@ -126,7 +126,16 @@ def test_every_override_is_a_field_of_configs_memr1(arg, stage, algo):
 def test_quick_shrinks_the_world_and_the_stages_only():
     full, quick = get_config().to_dict(), get_config("quick").to_dict()
     changed = {k for k in full if full[k] != quick[k]}
-    assert changed == {"synth", "vocab_size", "traces", "sft", "answer", "manager", "group_size"}
+    assert changed == {
+        "synth",
+        "vocab_size",
+        "traces",
+        "pretrain",
+        "sft",
+        "answer",
+        "manager",
+        "group_size",
+    }
     assert synth_config(get_config("quick"), 5).splits == (
         ("train", 2),
         ("validation", 1),

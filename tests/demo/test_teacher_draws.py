@@ -171,6 +171,7 @@ def test_the_ops_recipe_is_opt_in_and_changes_what_it_says():
         ("traces", "draws_per_turn"): 4,
         ("traces", "op_first"): True,
         ("traces", "manager_copy_rows"): 1600,
+        ("pretrain", "steps"): 600,
         ("sft", "steps"): 2000,
         ("sft", "group_by_length"): 16,
         ("sft", "buckets"): 8,

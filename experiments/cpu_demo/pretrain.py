@@ -1,0 +1,126 @@
+"""Copy pretraining: the tiny backbone learns to copy a token string before its warm start.
+
+A real backbone comes to SFT already able to copy a span of its prompt (induction heads form
+early in pretraining); the demo's backbone is randomly initialised, and whether its SFT grows a
+copy circuit is a lottery of the seed (docs/demo.md, 2026-12-04: the manager's copy probe
+0.87 on one seed, 0.29 on the next). A manager that cannot copy the fact into its reply, or an
+Answer Agent that cannot copy the value out of a memory, gives the manager stage no reward to
+learn an operation from. This stage gives every seed the circuit first, on a task that needs
+nothing else:
+
+  [BOS] x [SEP] x        x: uniform random token ids, ``tokens`` long; the loss on the copy
+
+The ids are uniform so that no unigram guess helps (log V nats a token) and copying is the only
+way down; on random *words* the model settled at their peaked unigram instead. The update is
+the warm start's own (memr1.train.sft: the token-mean NLL of the target, `make_sft_step` on a
+one-device mesh); AdamW at a constant rate after a linear warmup, no weight decay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from memr1.models import masks
+from memr1.models.transformer import forward, logits_fn
+from memr1.train.mesh import build_mesh
+from memr1.train.optim import OptimConfig
+from memr1.train.sft import SFTConfig, make_sft_step, sft_batch
+from memr1.train.state import create_train_state
+from memr1.train.update import shard_batch
+
+EVAL_ROWS = 256  # held-out copy rows of the accuracy curve, from their own random stream
+
+
+def copy_rows(
+    n: int, lengths: tuple[int, int], ids: tuple[int, int], bos: int, sep: int, rng
+) -> list[tuple[list[int], list[int]]]:
+    """``n`` (prompt, target) pairs: prompt [bos] + x + [sep], target x, x of a length uniform
+    in ``lengths`` (inclusive) and of ids uniform in [ids[0], ids[1]).
+
+    Raises:
+      ValueError: for lengths or an id range that hold no string, or a marker inside the range.
+    """
+    lo, hi = ids
+    if not 1 <= lengths[0] <= lengths[1]:
+        raise ValueError(f"pretrain.tokens {tuple(lengths)}: need 1 <= min <= max")
+    if not 0 <= lo < hi:
+        raise ValueError(f"copy ids [{lo}, {hi}): an empty range")
+    if lo <= bos < hi or lo <= sep < hi:
+        raise ValueError(f"copy markers {bos}, {sep} fall inside the copied ids [{lo}, {hi})")
+    rows = []
+    for _ in range(n):
+        x = rng.integers(lo, hi, size=int(rng.integers(lengths[0], lengths[1] + 1))).tolist()
+        rows.append(([bos] + x + [sep], x))
+    return rows
+
+
+def copy_accuracy(graphdef, params, batch: dict[str, np.ndarray]) -> tuple[float, float]:
+    """(token accuracy, row accuracy) of greedy next-token prediction on the batch's targets
+    under teacher forcing: a row counts when every one of its target tokens is the argmax."""
+    valid = jnp.asarray(batch["valid"])
+    tokens = jnp.asarray(batch["tokens"])
+    h, _ = forward(
+        graphdef, params, tokens, masks.positions_from_valid(valid), masks.causal_mask(valid)
+    )
+    pred = jnp.argmax(logits_fn(graphdef, params, h[:, :-1]), axis=-1)
+    mask = jnp.asarray(batch["loss_mask"])[:, 1:] & valid[:, 1:]
+    hit = (pred == tokens[:, 1:]) | ~mask
+    token_acc = jnp.sum(hit & mask) / jnp.maximum(jnp.sum(mask), 1)
+    return float(token_acc), float(jnp.mean(jnp.all(hit, axis=-1)))
+
+
+def pretrain(
+    model_cfg,
+    params,
+    pc,
+    *,
+    ids: tuple[int, int],
+    bos: int,
+    sep: int,
+    seed: int,
+    log: Callable[[str], None] = print,
+    every: int = 100,
+) -> tuple[object, list[dict]]:
+    """``pc.steps`` copy-task updates of ``params`` (``pc``: the demo's ``pretrain`` section).
+
+    Returns:
+      (params, history): the trained parameters and, every ``every`` steps and after the last,
+      {"step", "loss" (the last update's), "token_acc", "row_acc"} on EVAL_ROWS held-out rows.
+
+    Raises:
+      RuntimeError: when a step's loss is not finite (nothing is returned to export).
+    """
+    lengths = tuple(int(n) for n in pc.tokens)
+    width = 2 * lengths[1] + 2
+    optim = OptimConfig(
+        lr=pc.lr, warmup_steps=pc.warmup_steps, b2=0.95, weight_decay=0.0, total_steps=pc.steps
+    )
+    mesh = build_mesh(1, 1, 1, devices=jax.devices()[:1])
+    setup, state = create_train_state(mesh, model_cfg, optim, seed=seed, params=params)
+    step_fn = make_sft_step(setup, SFTConfig(n_micro=1))
+    rng = np.random.default_rng([seed, 1])
+    held_out_rng = np.random.default_rng([seed, 2])
+    held_out = _batch(copy_rows(EVAL_ROWS, lengths, ids, bos, sep, held_out_rng), width)
+    history: list[dict] = []
+    for step in range(1, pc.steps + 1):
+        batch = _batch(copy_rows(pc.batch_size, lengths, ids, bos, sep, rng), width)
+        state, metrics = step_fn(state, shard_batch(setup, batch))
+        loss = float(metrics["loss"])
+        if not np.isfinite(loss):  # the update was refused (memr1.train.update's guard)
+            raise RuntimeError(f"copy pretraining: loss {loss} at step {step}")
+        if step % every == 0 or step == pc.steps:
+            token_acc, row_acc = copy_accuracy(setup.graphdef, state.params, held_out)
+            history.append(
+                {"step": step, "loss": round(loss, 4), "token_acc": round(token_acc, 4),
+                 "row_acc": round(row_acc, 4)}
+            )  # fmt: skip
+            log(f"pretrain step {step}: loss {loss:.3f}, copy accuracy {token_acc:.3f}")
+    return state.params, history
+
+
+def _batch(rows: Sequence[tuple[list[int], list[int]]], width: int) -> dict[str, np.ndarray]:
+    return sft_batch([p for p, _ in rows], [t for _, t in rows], width)

@@ -1,0 +1,131 @@
+"""Copy pretraining (experiments/cpu_demo/pretrain.py): its rows, its accuracy, its stage."""
+
+from __future__ import annotations
+
+import json
+
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from experiments.cpu_demo import pretrain
+from memr1.models import transformer
+from memr1.models.config import get_size
+from memr1.train.sft import sft_batch
+
+MICRO = get_size(
+    "tiny", vocab_size=40, d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=16,
+    d_ff=64, max_position=64,
+)  # fmt: skip
+
+
+def test_copy_rows_are_a_marked_prompt_then_its_copy():
+    rows = pretrain.copy_rows(60, (3, 7), (5, 20), 1, 2, np.random.default_rng(0))
+    assert len(rows) == 60
+    for prompt, target in rows:
+        assert prompt == [1] + target + [2]
+        assert 3 <= len(target) <= 7 and all(5 <= t < 20 for t in target)
+    assert {len(t) for _, t in rows} == {3, 4, 5, 6, 7}  # both ends of the range are drawn
+    again = pretrain.copy_rows(60, (3, 7), (5, 20), 1, 2, np.random.default_rng(0))
+    assert again == rows  # a function of its random stream
+
+
+@pytest.mark.parametrize(
+    "lengths, ids, markers, message",
+    [
+        ((0, 4), (5, 20), (1, 2), "need 1 <= min <= max"),
+        ((5, 4), (5, 20), (1, 2), "need 1 <= min <= max"),
+        ((2, 4), (9, 9), (1, 2), "an empty range"),
+        ((2, 4), (2, 20), (1, 2), "markers 1, 2 fall inside"),
+        ((2, 4), (3, 20), (1, 19), "markers 1, 19 fall inside"),
+    ],
+)
+def test_copy_rows_refuse_what_holds_no_copy_task(lengths, ids, markers, message):
+    with pytest.raises(ValueError, match=message):
+        pretrain.copy_rows(4, lengths, ids, *markers, np.random.default_rng(0))
+
+
+def _greedy(graphdef, params, prompt: list[int], n: int) -> list[int]:
+    """The model's own greedy continuation of ``prompt``, one unpadded forward per token."""
+    from memr1.models import masks
+
+    seq = list(prompt)
+    for _ in range(n):
+        tokens = jnp.asarray([seq])
+        valid = jnp.ones_like(tokens, bool)
+        h, _ = transformer.forward(
+            graphdef, params, tokens, masks.positions_from_valid(valid), masks.causal_mask(valid)
+        )
+        seq.append(int(jnp.argmax(transformer.logits_fn(graphdef, params, h[:, -1:])[0, -1])))
+    return seq[len(prompt) :]
+
+
+def test_copy_accuracy_is_one_on_the_models_own_greedy_targets_and_counts_a_miss():
+    graphdef, params = transformer.init_model(MICRO, seed=3)
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(3, 40, size=n).tolist() for n in (3, 5, 4)]
+    targets = [_greedy(graphdef, params, p, n) for p, n in zip(prompts, (4, 2, 3))]
+    batch = sft_batch(prompts, targets, 12)  # padded on the right: the mask must skip it
+    assert pretrain.copy_accuracy(graphdef, params, batch) == (1.0, 1.0)
+    missed = [list(t) for t in targets]
+    missed[1][-1] = (missed[1][-1] + 1) % 40  # the last token: no later prediction sees it
+    token_acc, row_acc = pretrain.copy_accuracy(graphdef, params, sft_batch(prompts, missed, 12))
+    assert token_acc == pytest.approx(8 / 9) and row_acc == pytest.approx(2 / 3)
+
+
+def _section(**kw) -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict(
+        {"steps": 150, "batch_size": 32, "lr": 1e-2, "warmup_steps": 10, "tokens": (2, 3), **kw}
+    )
+
+
+def test_pretraining_learns_to_copy_and_reports_held_out_accuracy():
+    _, params = transformer.init_model(MICRO, seed=0)
+    lines = []
+    out, history = pretrain.pretrain(
+        MICRO, params, _section(), ids=(2, 39), bos=0, sep=39, seed=0, log=lines.append, every=50
+    )
+    assert [h["step"] for h in history] == [50, 100, 150] and len(lines) == 3
+    assert all(np.isfinite(h["loss"]) for h in history)
+    # Chance is 1/37 a token; a two-layer model copying 2-3 tokens gets most of them.
+    assert history[-1]["token_acc"] > max(0.6, history[0]["token_acc"])
+    assert history[-1]["row_acc"] <= history[-1]["token_acc"]
+    held_out = pretrain.copy_rows(64, (2, 3), (2, 39), 0, 39, np.random.default_rng([0, 2]))
+    graphdef, _ = transformer.init_model(MICRO, seed=0)
+    batch = sft_batch([p for p, _ in held_out], [t for _, t in held_out], 8)
+    assert pretrain.copy_accuracy(graphdef, out, batch)[0] > 0.6
+
+
+def test_a_non_finite_loss_stops_pretraining_naming_the_step():
+    import jax
+
+    _, params = transformer.init_model(MICRO, seed=0)
+    broken = jax.tree.map(lambda x: x * jnp.nan, params)
+    with pytest.raises(RuntimeError, match="copy pretraining: loss nan at step 1"):
+        pretrain.pretrain(MICRO, broken, _section(steps=3), ids=(2, 39), bos=0, sep=39, seed=0)
+
+
+@pytest.mark.slow
+def test_the_demo_base_is_copy_pretrained_and_refuses_other_settings(tmp_path):
+    from experiments.cpu_demo.config import get_config
+    from experiments.cpu_demo.run import SeedRun
+
+    config = get_config("quick,ops")
+    run = SeedRun(config, 0, tmp_path, algo="grpo", log=print)
+    for stage in (run.make_data, run.make_tuples, run.make_careful_tuples, run.make_traces):
+        stage()
+    run.make_tokenizer()
+    run.make_base()
+    history = json.loads((run.base / "pretrain.json").read_text())
+    assert [h["step"] for h in history] == [config.pretrain.steps]
+    assert (run.base / "config.json").is_file() and "pretrain" in run.sft_settings()
+    weights = sorted(p.name for p in run.base.iterdir())
+    other = get_config("quick,ops")
+    other.unlock()
+    other.pretrain.lr = 3e-3
+    with pytest.raises(ValueError, match=r"pretrain.lr: built 0.001, config 0.003"):
+        SeedRun(other, 0, tmp_path, algo="grpo", log=print).make_base()
+    assert sorted(p.name for p in run.base.iterdir()) == weights  # left as it was
+    plain = SeedRun(get_config("quick"), 0, tmp_path, algo="grpo", log=print)
+    assert plain.base_settings() == {} and "pretrain" not in plain.sft_settings()
