@@ -229,8 +229,11 @@ def test_traces_and_sft_built_with_other_settings_are_not_reused(tmp_path):
     with pytest.raises(ValueError, match=r"traces.draws_per_turn: built 4, config 1"):
         other.make_traces()
     assert run.sft_data.read_text() == '{"messages": [], "target": "x"}\n'  # left as it was
-    weighted = get_config("ops")
-    weighted.traces.event_weight = 4.0
+    unit, weighted = get_config("ops"), get_config("ops")
+    unit.traces.event_weight, weighted.traces.event_weight = 1.0, 4.0
+    record_build(
+        run.sft_data.parent, SeedRun(unit, 0, tmp_path, algo="grpo", log=print).trace_settings()
+    )
     heavy = SeedRun(weighted, 0, tmp_path, algo="grpo", log=print)
     with pytest.raises(ValueError, match=r"traces.event_weight: built '\(none\)', config 4.0"):
         heavy.make_traces()  # unit weights record no key: a build from before it is reusable
