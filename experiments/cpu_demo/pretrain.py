@@ -13,7 +13,7 @@ nothing else:
 The ids are uniform so that no unigram guess helps (log V nats a token) and copying is the only
 way down; on random *words* the model settled at their peaked unigram instead. The update is
 the warm start's own (memr1.train.sft: the token-mean NLL of the target, `make_sft_step` on a
-one-device mesh); AdamW at a constant rate after a linear warmup, no weight decay.
+one-device mesh); AdamW (b2 0.95) at a constant rate after a linear warmup, no weight decay.
 """
 
 from __future__ import annotations
