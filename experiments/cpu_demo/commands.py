@@ -70,6 +70,8 @@ def stage_overrides(
         o["train.min_overlap"] = c.manager.min_overlap
         o["train.linked_qa"] = c.manager.linked_qa
         o["train.oversample"] = c.manager.oversample
+        if c.manager.kl_beta is not None:  # the stage's own KL weight, else config.kl_beta
+            o["train.kl_beta"] = c.manager.kl_beta
         o["train.group_size"] = c.group_size
         # The frozen answerer answers the linked questions over the G candidate banks of a
         # state in one call (agents.answer_max_new_tokens bounds its replies, as in evaluation).

@@ -245,3 +245,12 @@ def test_traces_and_sft_built_with_other_settings_are_not_reused(tmp_path):
     with pytest.raises(ValueError, match=r"sft was built with .*traces_sha256"):
         run.train_sft()
     assert sorted(p.name for p in run.sft.iterdir()) == ["metadata.json"]
+
+
+def test_the_manager_stage_kl_weight_is_its_own_and_the_answer_stage_keeps_the_shared_one():
+    ops = get_config("ops")
+    assert ops.manager.kl_beta == 0.1 and ops.kl_beta == 0.0
+    assert stage_overrides(ops, 0, stage="manager")["train.kl_beta"] == 0.1
+    assert stage_overrides(ops, 0, stage="answer", algo="grpo")["train.kl_beta"] == 0.0
+    # None: the shared config.kl_beta, as every stage had before the key.
+    assert stage_overrides(get_config(), 0, stage="manager")["train.kl_beta"] == 0.0

@@ -183,6 +183,7 @@ def test_the_ops_recipe_is_opt_in_and_changes_what_it_says():
         ("manager", "steps"): 60,
         ("manager", "lr"): 2e-4,
         ("manager", "linked_qa"): "answerable",
+        ("manager", "kl_beta"): 0.1,
         ("answer", "oversample_copies"): 2,
     }
     assert get_config("ops,quick").traces.op_first is True
