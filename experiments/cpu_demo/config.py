@@ -226,11 +226,12 @@ def traces() -> dict[str, object]:
 
 def ops_recipe(config: ml_collections.ConfigDict) -> None:
     """Issue 26's recipe for a manager that learns its operations (opt-in, not yet the measured
-    default; docs/demo.md, 2026-12-03 (evening), has its probes and RL stages on two seeds).
+    default; docs/demo.md, 2026-12-04 (third session), has its probes and RL stages on three
+    seeds, validation only).
 
     The backbone: 600 steps of copy pretraining before the warm start (pretrain.py), so that
     every seed's warm start copies a fact into its reply and a value out of a memory (copy
-    probe top-1 0.96 for the manager on two seeds of two; without it 0.87 and 0.29). The warm
+    probe top-1 0.96 for the manager on each of three seeds; without it 0.87 and 0.29). The warm
     start: 2,000 SFT steps at 1e-3 after 50 warmup steps (at the random init's 3e-3 the
     pretrained circuit is lost: copy probe 0.12 and 0.16), in length-grouped batches at 8
     widths, the rate decayed to 0 on a cosine (at a constant rate the warm start gave every
