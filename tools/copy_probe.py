@@ -4,7 +4,7 @@ experiments/cpu_demo/probe.py.
   python tools/copy_probe.py work/demo/seed-0                       # the SFT warm start
   python tools/copy_probe.py work/demo/seed-0 --checkpoint work/demo/seed-0/answer_grpo/checkpoints
   python tools/copy_probe.py work/demo/seed-0 --split test --out probe.json
-  python tools/copy_probe.py work/ops/seed-0 --config experiments/cpu_demo/config.py:ops
+  python tools/copy_probe.py work/q/seed-0 --config experiments/cpu_demo/config.py:quick
 
 Scores, under teacher forcing on the teachers' replies to a held-out split, every target token
 that names something and occurs in the prompt: the share the policy ranks first and its mean

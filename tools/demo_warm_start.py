@@ -1,8 +1,8 @@
 """One demo seed up to its warm start: the stages before the RL stages, nothing after.
 
-  python tools/demo_warm_start.py work/ops/seed-0                     # the demo's config
-  python tools/demo_warm_start.py work/ops-ops/seed-0 --config experiments/cpu_demo/config.py:ops
-  python tools/op_probe.py work/ops/seed-0 --gate                     # then probe its SFT manager
+  python tools/demo_warm_start.py work/demo/seed-0                    # the demo's config
+  python tools/demo_warm_start.py work/q/seed-0 --config experiments/cpu_demo/config.py:quick
+  python tools/op_probe.py work/demo/seed-0 --gate                    # then probe its SFT manager
 
 Runs `experiments.cpu_demo.run.SeedRun`'s stages data, tuples, careful_tuples, traces,
 tokenizer, base, sft, rl_tuples and val_tuples into SEED_DIR (the seed from its name, seed-N, or

@@ -5,8 +5,7 @@ experiments/cpu_demo/op_probe.py.
   python tools/op_probe.py work/demo/seed-0 --gate                   # exit 1 below issue 26's bar
   python tools/op_probe.py work/demo/seed-0 --checkpoint DIR:best   # another checkpoint
   python tools/op_probe.py work/demo/seed-0 --group_size 16 --max_states 100 --out ops.json
-  python tools/op_probe.py work/ops/seed-0 --config experiments/cpu_demo/config.py:ops \
-      --teacher_forced                                                # + p(first event) per kind
+  python tools/op_probe.py work/demo/seed-0 --teacher_forced         # + p(first event) per kind
 
 On the manager stage's own states (train turns with linked questions, the careful banks before
 the turn), samples G replies per state at the rollout temperature and budget of the demo's

@@ -6,7 +6,7 @@ experiments/cpu_demo/reward_probe.py.
   python tools/reward_probe.py work/demo/seed-0 --answer rules   # through a careful rule reader
   python tools/reward_probe.py work/demo/seed-0 --step best      # the stage's best validated step
   python tools/reward_probe.py work/demo/seed-0 --max_states 100 --out probe.json
-  python tools/reward_probe.py work/ops/seed-0 --config experiments/cpu_demo/config.py:ops
+  python tools/reward_probe.py work/q/seed-0 --config experiments/cpu_demo/config.py:quick
 
 On the manager stage's own states (train turns with linked questions, read as the seed's
 config has the stage read them: pass the run's --config), rewards five fixed behaviours (clean /

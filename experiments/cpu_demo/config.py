@@ -4,13 +4,14 @@
   python -m experiments.cpu_demo --config experiments/cpu_demo/config.py:quick  # = --quick
 
 Keys of the arg string: quick (every stage in a few steps on a world of four conversations,
-the end-to-end test: nothing learns), ops (the opt-in recipe of `ops_recipe`). The
-returned ConfigDict is locked.
+the end-to-end test: nothing learns). The returned ConfigDict is locked.
 
-Everything the demo trains and measures is sized here. One seed takes about 16–17 minutes on
-two CPU cores with the machine to itself, most of it SFT (docs/demo.md has the measured wall
-time per stage). The values were chosen on the validation split, never the test split, by watching
-the EM of the warm start and of each RL stage; docs/demo.md has the measurements.
+Everything the demo trains and measures is sized here. One seed takes about 22 minutes on two
+CPU cores with the machine to itself (2-core AMD EPYC, AVX2): copy pretraining 205 s, SFT 590 s,
+the two RL stages 390 s, the evaluations 75 s (docs/benchmarks.md). The values were chosen on
+the validation split, never the test split, by watching the EM of the warm start and of each RL
+stage and the warm start's probes (tools/op_probe.py, tools/copy_probe.py); docs/demo.md has
+the measurements.
 `commands.stage_overrides` turns this config into the fields of configs/memr1.py that each
 stage's `memr1.train` or `memr1.evaluate` runs with.
 """
@@ -23,11 +24,17 @@ from configs import base
 from experiments.cpu_demo.answer_teacher import LIST_AND_PLAN_KINDS
 from memr1.data.synthloco.world import SynthConfig
 
-DEFAULTS: dict[str, object] = {"quick": False, "ops": False}
+DEFAULTS: dict[str, object] = {"quick": False}
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    """Returns the locked demo config selected by `arg` ("quick" or nothing)."""
+    """Returns the locked demo config selected by `arg` ("quick" or nothing).
+
+    The recipe is the one measured on validation for a Memory Manager that learns its
+    operations (docs/demo.md, 2026-12-04): a copy-pretrained backbone, a warm start whose
+    manager replies put the operation first and sample every operation at a collision, and a
+    manager stage with a KL weight to the warm start. The README has its test-split numbers.
+    """
     v = base.parse_arg(arg, DEFAULTS)
     config = ml_collections.ConfigDict()
     config.synth = world()
@@ -68,20 +75,24 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.traces = traces()
     # Copy pretraining of the random backbone before its warm start (pretrain.py): steps
     # updates of batch_size rows [BOS] x [SEP] x, x of tokens (min, max) uniform random ids,
-    # AdamW at lr after warmup_steps. 0 steps: off, the README's demo (the "ops" recipe: 600).
-    config.pretrain = dict(steps=0, batch_size=32, lr=1e-3, warmup_steps=50, tokens=(8, 24))
+    # AdamW at lr after warmup_steps (0 steps: off). The copy circuit forms between steps 200
+    # and 400 on every seed measured; without it the warm start of one seed in two does not
+    # copy a fact into its reply (manager copy probe top-1 0.29 against 0.96).
+    config.pretrain = dict(steps=600, batch_size=32, lr=1e-3, warmup_steps=50, tokens=(8, 24))
     # The warm start: one policy, both agents; its sequence length is the longest trace's.
-    # group_by_length and buckets: train.sft_group_by_length and train.sft_buckets (batches
-    # drawn at random and padded to one of 4 widths here; tools/sft_padding.py counts both).
-    # lr_decay: train.lr_decay (constant after the warmup here).
+    # 2,000 steps at 1e-3 (at the random init's 3e-3 the pretrained circuit is lost: copy
+    # probe 0.12 and 0.16), the rate decayed to 0 on a cosine (at a constant rate every colliding
+    # fact got the same op mix on its own training rows). group_by_length and buckets:
+    # train.sft_group_by_length and train.sft_buckets, batches of rows of similar length padded
+    # to one of 8 widths (tools/sft_padding.py counts the padding).
     config.sft = dict(
-        steps=1400,
+        steps=2000,
         batch_size=8,
-        lr=3e-3,
-        warmup_steps=10,
-        group_by_length=0,
-        buckets=4,
-        lr_decay="constant",
+        lr=1e-3,
+        warmup_steps=50,
+        group_by_length=16,
+        buckets=8,
+        lr_decay="cosine",
     )
     config.answer = answer_stage()
     config.manager = manager_stage()
@@ -93,8 +104,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.keep = 1
     # Rows per sampler call in evaluation.
     config.eval_batch_size = 8
-    if v["ops"]:
-        ops_recipe(config)
     if v["quick"]:
         quick(config)
     config.lock()
@@ -152,8 +161,8 @@ def answer_stage() -> dict[str, object]:
     last (val/... in their logs, the curves beside the rewards); validating changes no
     update, and the evaluation still reads each stage's last step (its best validated one
     stays loadable as DIR:best). oversample_copies: further renamed copies of each tuple
-    whose question template is one of oversample_kinds (augment.oversampled_answer_states; 0
-    in the README's demo).
+    whose question template is one of oversample_kinds (augment.oversampled_answer_states):
+    the list, plan, city and job questions, whose answers the manager's operations decide.
     """
     return dict(
         steps=90,
@@ -163,7 +172,7 @@ def answer_stage() -> dict[str, object]:
         renamed_copies=3,
         eval_every=15,
         oversample_kinds=LIST_AND_PLAN_KINDS + ("city", "job"),
-        oversample_copies=0,
+        oversample_copies=2,
     )
 
 
@@ -180,17 +189,23 @@ def manager_stage() -> dict[str, object]:
     reward spread first (DAPO's dynamic sampling; 1 = off, the paper's). kl_beta: the stage's
     KL weight to the warm start (train.kl_beta), None = config.kl_beta, shared with the answer
     stage.
+
+    60 steps at 2e-4 on every turn with a linked question, reading only the linked questions
+    answerable at the state's turn, with a KL weight of 0.1 (without it the stage dropped
+    every NOOP on two seeds of three and gained +0.0 and +1.1 EM on validation; with it +4.3
+    and +7.4). On collision turns alone (min_overlap 0.5) a stage this size learned to UPDATE
+    new facts over shown memories.
     """
     return dict(
-        steps=30,
+        steps=60,
         batch_size=4,
-        lr=1e-4,
+        lr=2e-4,
         max_new_tokens=64,
         eval_every=5,
         min_overlap=0.0,
-        linked_qa="cites",
+        linked_qa="answerable",
         oversample=1,
-        kl_beta=None,
+        kl_beta=0.1,
     )
 
 
@@ -199,69 +214,29 @@ def traces() -> dict[str, object]:
 
     The share of answer traces also written
     without distillation, the share of rows whose entities are renamed, the manager copy
-    rows (random word sequences of copy_row_words words stored by ADD) and the answer reading
-    rows (random-word lists and values to copy from the asked person's memory: read_rows.py).
+    rows (random word sequences of copy_row_words words stored by ADD; with 400 the warm
+    start stopped copying the fact into its reply) and the answer reading rows (random-word
+    lists and values to copy from the asked person's memory: read_rows.py).
     draws_per_turn: manager rows per train turn where the teacher has a choice (a fact that
     collides with a shown memory), each a draw of its choice from the turn's random stream
     (the first built the banks: traces.manager_rows); op_first: manager replies with each
-    entry's event first and a repeat as an explicit NONE entry. Both off (1, False) in the
-    demo whose numbers the README has; the "ops" arg turns them on (see ops_recipe).
-    collision_copies: renamed variants of every collision turn, each with its own teacher draw
-    (traces.collision_rows; 0 in the README's demo). event_weight: the SFT loss weight of each
-    operation word of a teacher's manager reply, the copy rows' excepted (traces.weigh_events;
-    1 in the README's demo).
+    entry's event first and a repeat as an explicit NONE entry, so that the warm start samples
+    every operation at a collision (tools/op_probe.py). collision_copies: renamed variants of
+    every collision turn, each with its own teacher draw (traces.collision_rows; measured, not
+    used). event_weight: the SFT loss weight of each operation word of a teacher's manager
+    reply, the copy rows' excepted (traces.weigh_events).
     """
     return dict(
         direct_fraction=0.3,
         rename_fraction=0.8,
-        manager_copy_rows=800,
+        manager_copy_rows=1600,
         copy_row_words=(4, 9),
-        answer_read_rows=800,
-        draws_per_turn=1,
-        op_first=False,
-        collision_copies=0,
-        event_weight=1.0,
-    )
-
-
-def ops_recipe(config: ml_collections.ConfigDict) -> None:
-    """Issue 26's recipe for a manager that learns its operations (opt-in, not yet the measured
-    default; docs/demo.md, 2026-12-04 (third session), has its probes and RL stages on three
-    seeds, validation only).
-
-    The backbone: 600 steps of copy pretraining before the warm start (pretrain.py), so that
-    every seed's warm start copies a fact into its reply and a value out of a memory (copy
-    probe top-1 0.96 for the manager on each of three seeds; without it 0.87 and 0.29). The warm
-    start: 2,000 SFT steps at 1e-3 after 50 warmup steps (at the random init's 3e-3 the
-    pretrained circuit is lost: copy probe 0.12 and 0.16), in length-grouped batches at 8
-    widths, the rate decayed to 0 on a cosine (at a constant rate the warm start gave every
-    colliding fact the same op mix on its own training rows); replies with the operation first
-    and NONE as an explicit entry, four draws of the teacher's choice per collision turn, the
-    operation words weighted 10 in the loss, twice the default's manager copy rows (1,600: with
-    400 the warm start stopped copying the fact into its reply) and three times its answer
-    reading rows (2,400). The manager stage: 60 steps at 2e-4 on every turn with a linked
-    question, and only the linked questions answerable at the state's turn (on collision turns
-    alone, min_overlap 0.5, a stage this size learned to UPDATE new facts over shown memories),
-    with a KL weight of 0.1 to the warm start (without it the stage dropped every NOOP on two
-    seeds of three and gained +0.0 and +1.1 EM; with it +4.3 and +7.4). The answer stage: two
-    more renamed copies of the list, plan, city and job questions, whose answers the manager's
-    operations decide. Not in the recipe (measured on validation,
-    docs/demo.md 2026-12-04): twice the cancellations (synth max_cancels 2, cancel_weight 6.0:
-    the RL Answer Agent then answers every plan question "nowhere" and no reward sees a DELETE).
-    """
-    config.traces.update(
+        answer_read_rows=2400,
         draws_per_turn=4,
         op_first=True,
-        manager_copy_rows=1600,
-        answer_read_rows=2400,
+        collision_copies=0,
         event_weight=10.0,
     )
-    config.pretrain.steps = 600
-    config.sft.update(
-        steps=2000, lr=1e-3, warmup_steps=50, group_by_length=16, buckets=8, lr_decay="cosine"
-    )
-    config.manager.update(steps=60, lr=2e-4, linked_qa="answerable", kl_beta=0.1)
-    config.answer.update(oversample_copies=2)
 
 
 def quick(config: ml_collections.ConfigDict) -> None:
@@ -275,7 +250,7 @@ def quick(config: ml_collections.ConfigDict) -> None:
     config.vocab_size = 512
     config.traces.manager_copy_rows = 8
     config.traces.answer_read_rows = 8
-    config.sft.update(steps=4, batch_size=4)
+    config.sft.update(steps=4, batch_size=4, warmup_steps=1)
     config.pretrain.update(steps=min(config.pretrain.steps, 3), batch_size=4, tokens=(2, 6))
     config.answer.update(steps=2, batch_size=2, max_new_tokens=24, eval_every=2)
     config.manager.update(steps=2, batch_size=2, max_new_tokens=32, eval_every=2)

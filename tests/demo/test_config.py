@@ -28,7 +28,7 @@ SHARED = [
     "--config.memory.fact_source=observation",
     "--config.memory.k_per_fact=3",
     "--config.memory.k_per_speaker=1",
-    "--config.train.kl_beta=0.0",
+    "--config.train.kl_beta={kl_beta}",
     "--config.train.keep=1",
 ]
 
@@ -38,21 +38,21 @@ def _flags(stage: str, algo: str | None) -> list[str]:
     return config_flags("ARG", overrides)[1:]
 
 
-def _shared(batch: int) -> list[str]:
-    return [f.format(batch=batch) for f in SHARED]
+def _shared(batch: int, kl_beta: float = 0.0) -> list[str]:
+    return [f.format(batch=batch, kl_beta=kl_beta) for f in SHARED]
 
 
 def test_the_full_demo_stages_run_with_these_flags():
     assert _flags("sft", None) == _shared(8) + [
-        "--config.train.warmup_steps=10",
-        "--config.train.steps=1400",
+        "--config.train.warmup_steps=50",
+        "--config.train.steps=2000",
         "--config.train.batch_size=8",
-        "--config.train.lr=0.003",
-        "--config.train.checkpoint_every=1400",
-        # Random batches padded to one of 4 widths: the SFT behind the README's numbers.
-        "--config.train.sft_group_by_length=0",
-        "--config.train.sft_buckets=4",
-        "--config.train.lr_decay=constant",
+        "--config.train.lr=0.001",
+        "--config.train.checkpoint_every=2000",
+        # Batches of rows of similar length padded to one of 8 widths, a cosine decay.
+        "--config.train.sft_group_by_length=16",
+        "--config.train.sft_buckets=8",
+        "--config.train.lr_decay=cosine",
     ]
     answer = [
         "--config.train.warmup_steps=5",
@@ -71,20 +71,22 @@ def test_the_full_demo_stages_run_with_these_flags():
     ]
     manager = [
         "--config.train.warmup_steps=5",
-        "--config.train.steps=30",
+        "--config.train.steps=60",
         "--config.train.batch_size=4",
-        "--config.train.lr=0.0001",
-        "--config.train.checkpoint_every=30",
+        "--config.train.lr=0.0002",
+        "--config.train.checkpoint_every=60",
         "--config.train.eval_every=5",
-        # Every turn with a linked question, every question citing it (the paper's states).
+        # Every turn with a linked question, the questions answerable at its turn.
         "--config.train.min_overlap=0.0",
-        "--config.train.linked_qa=cites",
+        "--config.train.linked_qa=answerable",
         "--config.train.oversample=1",
         "--config.train.group_size=8",
         "--config.train.rollout_batch_size=8",
     ]
-    assert _flags("manager", "grpo") == _shared(8) + manager
-    assert _flags("manager", "ppo") == _shared(8) + manager + ["--config.train.critic_lr=0.001"]
+    # The manager stage's own KL weight to the warm start (config.manager.kl_beta).
+    assert _flags("manager", "grpo") == _shared(8, kl_beta=0.1) + manager
+    ppo = _shared(8, kl_beta=0.1) + manager + ["--config.train.critic_lr=0.002"]
+    assert _flags("manager", "ppo") == ppo
     assert _flags("eval", None) == _shared(8) + ["--config.train.warmup_steps=5"]
     with pytest.raises(ValueError, match="unknown stage 'copy'"):
         stage_overrides(get_config(), 0, stage="copy")
@@ -192,7 +194,7 @@ def test_rl_tuples_built_with_other_settings_are_not_reused(tmp_path):
 
     run = SeedRun(get_config(), 0, tmp_path, algo="grpo", log=print)
     run.rl_tuples.mkdir()
-    built = {"renamed_copies": 3, "oversample_copies": 0}
+    built = {"renamed_copies": 3, "oversample_copies": 2}
     built["oversample_kinds"] = list(get_config().answer.oversample_kinds)
     meta = run.rl_tuples / "metadata.json"
     meta.write_text(json.dumps({"build": built}))
@@ -200,9 +202,9 @@ def test_rl_tuples_built_with_other_settings_are_not_reused(tmp_path):
     assert json.loads(meta.read_text()) == {"build": built}
     config = get_config()
     with config.unlocked():
-        config.answer.oversample_copies = 2
+        config.answer.oversample_copies = 0
     other = SeedRun(config, 0, tmp_path, algo="grpo", log=print)
-    with pytest.raises(ValueError, match=r"rl_tuples was built with .*oversample_copies: built 0"):
+    with pytest.raises(ValueError, match=r"rl_tuples was built with .*oversample_copies: built 2"):
         other.make_rl_tuples()
     assert json.loads(meta.read_text()) == {"build": built}  # the folder is left as it was
 
@@ -215,7 +217,7 @@ def test_read_config_refuses_quick_beside_a_config_file():
 def test_traces_and_sft_built_with_other_settings_are_not_reused(tmp_path):
     from experiments.cpu_demo.seed_tuples import record_build
 
-    run = SeedRun(get_config("ops"), 0, tmp_path, algo="grpo", log=print)
+    run = SeedRun(get_config(), 0, tmp_path, algo="grpo", log=print)
     run.sft_data.parent.mkdir()
     run.sft_data.write_text('{"messages": [], "target": "x"}\n')
     mix = run.sft_data.with_name("manager_mix.json")
@@ -225,11 +227,14 @@ def test_traces_and_sft_built_with_other_settings_are_not_reused(tmp_path):
     record_build(run.sft_data.parent, run.trace_settings())
     run.make_traces()  # the same settings: reused, its op mix read back
     assert run.trace_mix == {"ADD": 1}
-    other = SeedRun(get_config(), 0, tmp_path, algo="grpo", log=print)
+    one_draw = get_config()
+    with one_draw.unlocked():
+        one_draw.traces.draws_per_turn, one_draw.sft.steps = 1, 1400
+    other = SeedRun(one_draw, 0, tmp_path, algo="grpo", log=print)
     with pytest.raises(ValueError, match=r"traces.draws_per_turn: built 4, config 1"):
         other.make_traces()
     assert run.sft_data.read_text() == '{"messages": [], "target": "x"}\n'  # left as it was
-    unit, weighted = get_config("ops"), get_config("ops")
+    unit, weighted = get_config(), get_config()
     unit.traces.event_weight, weighted.traces.event_weight = 1.0, 4.0
     record_build(
         run.sft_data.parent, SeedRun(unit, 0, tmp_path, algo="grpo", log=print).trace_settings()
@@ -248,9 +253,10 @@ def test_traces_and_sft_built_with_other_settings_are_not_reused(tmp_path):
 
 
 def test_the_manager_stage_kl_weight_is_its_own_and_the_answer_stage_keeps_the_shared_one():
-    ops = get_config("ops")
-    assert ops.manager.kl_beta == 0.1 and ops.kl_beta == 0.0
-    assert stage_overrides(ops, 0, stage="manager")["train.kl_beta"] == 0.1
-    assert stage_overrides(ops, 0, stage="answer", algo="grpo")["train.kl_beta"] == 0.0
-    # None: the shared config.kl_beta, as every stage had before the key.
-    assert stage_overrides(get_config(), 0, stage="manager")["train.kl_beta"] == 0.0
+    config = get_config()
+    assert config.manager.kl_beta == 0.1 and config.kl_beta == 0.0
+    assert stage_overrides(config, 0, stage="manager")["train.kl_beta"] == 0.1
+    assert stage_overrides(config, 0, stage="answer", algo="grpo")["train.kl_beta"] == 0.0
+    with config.unlocked():
+        config.manager.kl_beta = None  # None: the shared config.kl_beta
+    assert stage_overrides(config, 0, stage="manager")["train.kl_beta"] == 0.0

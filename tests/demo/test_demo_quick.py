@@ -25,7 +25,8 @@ pytestmark = pytest.mark.slow
 
 def _check_rl_states(seed):
     """Both RL stages read rl_tuples: the answer tuples of the teacher's and the careful
-    manager's banks with renamed copies, and the manager states on the careful manager's banks."""
+    manager's banks with renamed copies (and oversample_copies more of the questions of the
+    oversampled kinds, from each bank), and the manager states on the careful manager's banks."""
     meta = {
         d: json.loads((seed / d / "metadata.json").read_text()) for d in ("tuples", "rl_tuples")
     }
@@ -33,7 +34,10 @@ def _check_rl_states(seed):
     assert build["manager_from"] == str(seed / "careful_tuples")
     assert build["answer_from"] == [str(seed / "tuples"), str(seed / "careful_tuples")]
     answers = [meta[d]["files"]["answer"]["records"] for d in ("tuples", "rl_tuples")]
-    assert answers[1] == 2 * (1 + build["renamed_copies"]) * answers[0] > 0
+    renamed = 2 * (1 + build["renamed_copies"]) * answers[0]
+    extra, copies = answers[1] - renamed, build["oversample_copies"]
+    assert answers[0] > 0 and copies > 0 and 0 < extra <= 2 * copies * answers[0]
+    assert extra % (2 * copies) == 0  # each picked question, from both banks, copies times
 
 
 @pytest.mark.slow

@@ -237,8 +237,24 @@ def check_op_probe_on(quick_seed, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main([*argv, "--checkpoint", str(quick_seed / "nowhere")])
     assert exit_info.value.code == 2 and "does not exist" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as exit_info:  # the quick demo's replies are not op-first
-        main([*argv, "--teacher_forced"])
+    # Teacher-forced: per kind, the probability of each first event of an op-first reply.
+    assert main([*argv, "--out", str(out), "--teacher_forced"]) == 0
+    first = json.loads(out.read_text())["first_event"]
+    assert sum(k["states"] for k in first.values()) == 3
+    for kind in first.values():
+        assert sum(kind["p"].values()) == pytest.approx(1.0)
+    capsys.readouterr()
+    plain = quick_seed.parent / "plain_replies.py"  # a config whose replies are not op-first
+    plain.write_text(
+        "from experiments.cpu_demo.config import get_config as demo\n\n\n"
+        "def get_config(arg=None):\n"
+        "    config = demo('quick')\n"
+        "    with config.unlocked():\n"
+        "        config.traces.op_first = False\n"
+        "    return config\n"
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(quick_seed), "--config", str(plain), "--max_states", "3", "--teacher_forced"])
     assert exit_info.value.code == 2 and "traces.op_first is off" in capsys.readouterr().err
     _check_scorer_on(quick_seed, got["checkpoint"])
 

@@ -111,7 +111,7 @@ def test_the_demo_base_is_copy_pretrained_and_refuses_other_settings(tmp_path):
     from experiments.cpu_demo.config import get_config
     from experiments.cpu_demo.run import SeedRun
 
-    config = get_config("quick,ops")
+    config = get_config("quick")
     run = SeedRun(config, 0, tmp_path, algo="grpo", log=print)
     for stage in (run.make_data, run.make_tuples, run.make_careful_tuples, run.make_traces):
         stage()
@@ -121,11 +121,14 @@ def test_the_demo_base_is_copy_pretrained_and_refuses_other_settings(tmp_path):
     assert [h["step"] for h in history] == [config.pretrain.steps]
     assert (run.base / "config.json").is_file() and "pretrain" in run.sft_settings()
     weights = sorted(p.name for p in run.base.iterdir())
-    other = get_config("quick,ops")
+    other = get_config("quick")
     other.unlock()
     other.pretrain.lr = 3e-3
     with pytest.raises(ValueError, match=r"pretrain.lr: built 0.001, config 0.003"):
         SeedRun(other, 0, tmp_path, algo="grpo", log=print).make_base()
     assert sorted(p.name for p in run.base.iterdir()) == weights  # left as it was
-    plain = SeedRun(get_config("quick"), 0, tmp_path, algo="grpo", log=print)
+    off = get_config("quick")
+    with off.unlocked():
+        off.pretrain.steps = 0  # no pretraining: a random base, which records nothing
+    plain = SeedRun(off, 0, tmp_path, algo="grpo", log=print)
     assert plain.base_settings() == {} and "pretrain" not in plain.sft_settings()

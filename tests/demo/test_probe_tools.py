@@ -87,6 +87,6 @@ def test_reward_probe_reads_the_runs_config_and_refuses_a_bad_one(tmp_path, caps
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "nowhere.py is not a Python config file" in err
     with pytest.raises(SystemExit) as exit_info:
-        main([str(seed_dir), "--config", "experiments/cpu_demo/config.py:ops", "--quick"])
+        main([str(seed_dir), "--config", "experiments/cpu_demo/config.py:quick", "--quick"])
     assert exit_info.value.code == 2 and "pass one of them" in capsys.readouterr().err
     assert not list(seed_dir.glob("*_probe_*.json"))

@@ -1,4 +1,4 @@
-"""The opt-in warm start of issue 26 (config arg "ops"): the Mem0-like teacher's choice at a
+"""The demo's warm start (issue 26): the Mem0-like teacher's choice at a
 collision as a distribution drawn several times per turn, and manager replies with the operation
 first and NONE as an explicit entry, read back by the manager's parser."""
 
@@ -154,36 +154,14 @@ def test_manager_rows_draw_collision_turns_several_times_the_first_as_built():
     assert many[0]["messages"] == one[0]["messages"]
 
 
-def test_the_ops_recipe_is_opt_in_and_changes_what_it_says():
+def test_the_demo_config_is_the_measured_recipe_and_quick_keeps_its_warm_start():
     from experiments.cpu_demo.config import get_config
 
-    default, ops = get_config().to_dict(), get_config("ops").to_dict()
-    assert default["traces"]["draws_per_turn"] == 1 and default["traces"]["op_first"] is False
-    changed = {
-        (part, k): ops[part][k]
-        for part in default
-        if isinstance(default[part], dict)
-        for k in default[part]
-        if default[part][k] != ops[part][k]
-    }
-    assert {k for k in default if default[k] != ops[k]} == {p for p, _ in changed}
-    assert changed == {
-        ("traces", "draws_per_turn"): 4,
-        ("traces", "op_first"): True,
-        ("traces", "manager_copy_rows"): 1600,
-        ("traces", "answer_read_rows"): 2400,
-        ("traces", "event_weight"): 10.0,
-        ("pretrain", "steps"): 600,
-        ("sft", "steps"): 2000,
-        ("sft", "lr"): 1e-3,
-        ("sft", "warmup_steps"): 50,
-        ("sft", "group_by_length"): 16,
-        ("sft", "buckets"): 8,
-        ("sft", "lr_decay"): "cosine",
-        ("manager", "steps"): 60,
-        ("manager", "lr"): 2e-4,
-        ("manager", "linked_qa"): "answerable",
-        ("manager", "kl_beta"): 0.1,
-        ("answer", "oversample_copies"): 2,
-    }
-    assert get_config("ops,quick").traces.op_first is True
+    config, quick = get_config(), get_config("quick")
+    assert config.traces.draws_per_turn == 4 and config.traces.op_first is True
+    assert config.traces.event_weight == 10.0 and config.pretrain.steps == 600
+    # quick shrinks sizes only: its warm start writes the same kind of replies, pretrained.
+    assert quick.traces.op_first is True and quick.traces.draws_per_turn == 4
+    assert quick.pretrain.steps == 3
+    with pytest.raises(ValueError, match="unknown config arg key 'ops'"):
+        get_config("ops")  # the recipe it named is the default now
