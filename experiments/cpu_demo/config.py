@@ -30,11 +30,9 @@ DEFAULTS: dict[str, object] = {"quick": False}
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     """Returns the locked demo config selected by `arg` ("quick" or nothing).
 
-    The recipe is the one measured on validation for a Memory Manager that learns its
-    operations (docs/demo.md, 2026-12-04): a copy-pretrained backbone, a warm start whose
-    manager replies put the operation first and sample every operation at a collision, and a
-    manager stage with a KL weight to the warm start. The README has its test-split numbers.
-    """
+    The recipe measured on validation for a Memory Manager that learns its operations
+    (docs/demo.md, 2026-12-04): a copy-pretrained backbone, a warm start that samples every
+    operation at a collision, a manager stage with a KL weight to the warm start."""
     v = base.parse_arg(arg, DEFAULTS)
     config = ml_collections.ConfigDict()
     config.synth = world()
