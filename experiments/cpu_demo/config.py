@@ -220,10 +220,9 @@ def traces() -> dict[str, object]:
     collides with a shown memory), each a draw of its choice from the turn's random stream
     (the first built the banks: traces.manager_rows); op_first: manager replies with each
     entry's event first and a repeat as an explicit NONE entry, so that the warm start samples
-    every operation at a collision (tools/op_probe.py). collision_copies: renamed variants of
-    every collision turn, each with its own teacher draw (traces.collision_rows; measured, not
-    used). event_weight: the SFT loss weight of each operation word of a teacher's manager
-    reply, the copy rows' excepted (traces.weigh_events).
+    every operation at a collision (tools/op_probe.py). event_weight: the SFT loss weight of
+    each operation word of a teacher's manager reply, the copy rows' excepted
+    (traces.weigh_events).
     """
     return dict(
         direct_fraction=0.3,
@@ -233,7 +232,6 @@ def traces() -> dict[str, object]:
         answer_read_rows=2400,
         draws_per_turn=4,
         op_first=True,
-        collision_copies=0,
         event_weight=10.0,
     )
 

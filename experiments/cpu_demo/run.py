@@ -132,18 +132,9 @@ class SeedRun(SeedTuples):
             seed=self.seed,
         )
         lists = augment.entity_lists(synth_config(self.c, self.seed))
-        collisions, collision_mix = traces.collision_rows(
-            turns,
-            MemZeroLikeTeacher(self.seed),
-            self.c.style,
-            lists,
-            t.collision_copies,
-            self.seed + 3,
-            op_first=t.op_first,
-        )
-        self.trace_mix = dict((mix + collision_mix).most_common())
+        self.trace_mix = dict(mix.most_common())
         rows = augment.augment_rows(manager + answer, lists, t.rename_fraction, self.seed)
-        rows = traces.weigh_events(rows + collisions, t.event_weight)  # not the copy rows
+        rows = traces.weigh_events(rows, t.event_weight)  # not the copy rows
         words = traces.target_words(manager + answer)
         rows += traces.manager_copy_rows(
             words,

@@ -129,12 +129,6 @@ class MemZeroLikeTeacher:
         """The ops for one turn's facts given the memories retrieved for them (real ids)."""
         return self.draws(facts, retrieved, 1)[0]
 
-    def collides(self, facts: Sequence[str], retrieved: Sequence[tuple[int, str]]) -> bool:
-        """Whether the teacher has a choice at this turn: a fact collides with a shown memory of
-        the same person and key (``COLLISIONS``). Its own rule, for its own SFT rows only: no
-        reward or RL state choice reads it."""
-        return len(self.draws(facts, retrieved, 2)) == 2
-
     def draws(
         self,
         facts: Sequence[str],

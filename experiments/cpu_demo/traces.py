@@ -20,7 +20,6 @@ random-word facts stored by ADD, which can only be learned by copying.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import json
 import os
 import random
@@ -29,7 +28,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.cpu_demo import augment
 from experiments.cpu_demo.answer_teacher import CarelessAnswerTeacher
 from experiments.cpu_demo.teacher import MemZeroLikeTeacher
 from memr1.atomic import atomic_file
@@ -67,51 +65,6 @@ def manager_rows(
             mix["+".join(op.kind for op in ops) or "NOOP"] += 1
             target = format_manager_output(ops, id_map, style=style, op_first=op_first)
             rows.append({"messages": messages, "target": target})
-    return rows, mix
-
-
-def collision_rows(
-    tuples: Iterable[ManagerTuple],
-    teacher: MemZeroLikeTeacher,
-    style: str,
-    lists: Sequence[Sequence[str]],
-    copies: int,
-    seed: int,
-    *,
-    op_first: bool = False,
-) -> tuple[list[dict[str, Any]], collections.Counter]:
-    """``copies`` renamed variants of every turn where the teacher has a choice (a fact that
-    collides with a shown memory: ``MemZeroLikeTeacher.collides``), each with the teacher's own
-    draw on the renamed turn.
-
-    A collision is a few percent of the warm start's rows, and a model trained from random
-    weights on one row per such turn learns the rows' op mix but not when a fact collides
-    (docs/demo.md). Each variant renames the people, pets and places of the whole turn, facts
-    and shown memories alike, with its own permutation (augment.random_renaming), so that it is
-    a new prompt with the same collision, and the teacher draws its choice afresh on it (its
-    stream is a function of the turn's text): the variants carry the teacher's distribution at
-    a collision, not copies of one draw. They build no bank.
-
-    Returns:
-      (rows, counts of the rows' op mixes, as manager_rows counts them).
-    """
-    if copies < 0:
-        raise ValueError(f"collision copies must be >= 0, got {copies}")
-    rng = random.Random(seed)
-    rows, mix = [], collections.Counter()
-    for t in tuples:
-        if not copies or not teacher.collides(list(t.facts), list(t.retrieved)):
-            continue
-        for _ in range(copies):
-            mapping = augment.random_renaming(lists, rng)
-            renamed = dataclasses.replace(
-                t,
-                facts=tuple(augment.rename(f, mapping) for f in t.facts),
-                retrieved=tuple((i, augment.rename(text, mapping)) for i, text in t.retrieved),
-            )
-            new_rows, new_mix = manager_rows([renamed], teacher, style, op_first=op_first)
-            rows += new_rows
-            mix.update(new_mix)
     return rows, mix
 
 
