@@ -72,11 +72,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.banks = dict(answer=("teacher", "careful"), manager="careful")
     config.traces = traces()
     # Copy pretraining of the random backbone before its warm start (pretrain.py): steps
-    # updates of batch_size rows [BOS] x [SEP] x, x of tokens (min, max) uniform random ids,
-    # AdamW at lr after warmup_steps (0 steps: off). The copy circuit forms between steps 200
-    # and 400 on every seed measured; without it the warm start of one seed in two does not
-    # copy a fact into its reply (manager copy probe top-1 0.29 against 0.96).
-    config.pretrain = dict(steps=600, batch_size=32, lr=1e-3, warmup_steps=50, tokens=(8, 24))
+    # updates of batch_size rows, each 1-4 (spans) quoted strings of tokens (min, max) uniform
+    # random ids, one of them marked, and the loss on its copy; AdamW at lr after warmup_steps
+    # (0 steps: off). A manager reply writes a fact whose first word follows a quote, as every
+    # memory's in its prompt does: a plain copy of one string ([BOS] x [SEP] x) left the warm
+    # start unable to find it (the first name of a fact copied 8-33% of the time on three
+    # seeds), the marked copy 100% (docs/demo.md, 2026-12-05).
+    config.pretrain = dict(
+        steps=600, batch_size=32, lr=1e-3, warmup_steps=50, tokens=(4, 12), spans=(1, 4)
+    )
     # The warm start: one policy, both agents; its sequence length is the longest trace's.
     # 2,000 steps at 1e-3 (at the random init's 3e-3 the pretrained circuit is lost: copy
     # probe 0.12 and 0.16; at 1e-3 on one seed of five, seed 4: 0.27), the rate decayed to 0

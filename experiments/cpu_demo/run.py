@@ -207,9 +207,13 @@ class SeedRun(SeedTuples):
         if settings:  # copied: the ids after the specials but the last, the separator
             sep = len(tok) - 1
             ids = (max(tok.eos_token_id, tok.pad_token_id) + 1, sep)
+            marks = None
+            if tuple(self.c.pretrain.spans) != (1, 1):  # the two ids below it mark strings
+                marks, ids = (sep - 2, sep - 1), (ids[0], sep - 2)
             params, history = pretrain.pretrain(
                 cfg, params, self.c.pretrain, ids=ids, bos=tok.eos_token_id, sep=sep,
-                seed=self.seed, log=lambda line: self.log(f"[seed {self.seed}] {line}"),
+                marks=marks, seed=self.seed,
+                log=lambda line: self.log(f"[seed {self.seed}] {line}"),
             )  # fmt: skip
         export_hf(cfg, params, self.base, tokenizer_dir=self.tokenizer, overwrite=True)
         if settings:
