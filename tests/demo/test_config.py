@@ -76,9 +76,10 @@ def test_the_full_demo_stages_run_with_these_flags():
         "--config.train.lr=0.0002",
         "--config.train.checkpoint_every=60",
         "--config.train.eval_every=5",
-        # Every turn with a linked question, the questions answerable at its turn.
+        # Every turn with a linked question; its reward reads the questions answerable at its
+        # turn and those about the memories shown to the manager.
         "--config.train.min_overlap=0.0",
-        "--config.train.linked_qa=answerable",
+        "--config.train.linked_qa=shown",
         "--config.train.oversample=1",
         "--config.train.group_size=8",
         "--config.train.rollout_batch_size=8",

@@ -160,8 +160,11 @@ def test_the_demo_config_is_the_measured_recipe_and_quick_keeps_its_warm_start()
     config, quick = get_config(), get_config("quick")
     assert config.traces.draws_per_turn == 4 and config.traces.op_first is True
     assert config.traces.event_weight == 10.0 and config.pretrain.steps == 600
+    # The backbone learns to copy the marked one of several quoted strings, as a manager
+    # reply copies a fact from among its prompt's quoted memories.
+    assert tuple(config.pretrain.spans) == (1, 4) and config.manager.linked_qa == "shown"
     # quick shrinks sizes only: its warm start writes the same kind of replies, pretrained.
     assert quick.traces.op_first is True and quick.traces.draws_per_turn == 4
-    assert quick.pretrain.steps == 3
+    assert quick.pretrain.steps == 3 and tuple(quick.pretrain.spans) == (1, 4)
     with pytest.raises(ValueError, match="unknown config arg key 'ops'"):
         get_config("ops")  # the recipe it named is the default now
