@@ -31,8 +31,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     """Returns the locked demo config selected by `arg` ("quick" or nothing).
 
     The recipe measured on validation for a Memory Manager that learns its operations
-    (docs/demo.md, 2026-12-04): a copy-pretrained backbone, a warm start that samples every
-    operation at a collision, a manager stage with a KL weight to the warm start."""
+    (docs/demo.md, 2026-12-04 and 2026-12-05): a backbone pretrained to copy a marked string, a
+    warm start that samples every operation at a collision, a manager stage rewarded through
+    the questions of the turn and of its shown memories, with a KL weight to the warm start."""
     v = base.parse_arg(arg, DEFAULTS)
     config = ml_collections.ConfigDict()
     config.synth = world()
@@ -71,16 +72,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # turn's own operation decides its linked answers.
     config.banks = dict(answer=("teacher", "careful"), manager="careful")
     config.traces = traces()
-    # Copy pretraining of the random backbone before its warm start (pretrain.py): steps
-    # updates of batch_size rows, each 1-4 (spans) quoted strings of tokens (min, max) uniform
-    # random ids, one of them marked, and the loss on its copy; AdamW at lr after warmup_steps
-    # (0 steps: off). A manager reply writes a fact whose first word follows a quote, as every
-    # memory's in its prompt does: a plain copy of one string ([BOS] x [SEP] x) left the warm
-    # start unable to find it (the first name of a fact copied 8-33% of the time on three
-    # seeds), the marked copy 100% (docs/demo.md, 2026-12-05).
-    config.pretrain = dict(
-        steps=600, batch_size=32, lr=1e-3, warmup_steps=50, tokens=(4, 12), spans=(1, 4)
-    )
+    config.pretrain = copy_pretraining()
     # The warm start: one policy, both agents; its sequence length is the longest trace's.
     # 2,000 steps at 1e-3 (at the random init's 3e-3 the pretrained circuit is lost: copy
     # probe 0.12 and 0.16; at 1e-3 on one seed of five, seed 4: 0.27), the rate decayed to 0
@@ -111,6 +103,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         quick(config)
     config.lock()
     return config
+
+
+def copy_pretraining() -> dict[str, object]:
+    """Copy pretraining of the random backbone before its warm start (pretrain.py): steps
+    updates of batch_size rows, each 1-4 (spans) quoted strings of tokens (min, max) uniform
+    random ids, one of them marked, and the loss on its copy; AdamW at lr after warmup_steps
+    (0 steps: off).
+
+    A manager reply writes a fact whose first word follows a quote, as every memory's in its
+    prompt does: a plain copy of one string ([BOS] x [SEP] x) left the warm start unable to
+    find it (a fact's first name copied 7-15% of the time on three seeds), the marked copy
+    100% on four seeds of five (docs/demo.md, 2026-12-05)."""
+    return dict(steps=600, batch_size=32, lr=1e-3, warmup_steps=50, tokens=(4, 12), spans=(1, 4))
 
 
 def world() -> dict[str, object]:
