@@ -6,14 +6,19 @@ copy circuit is a lottery of the seed (docs/demo.md, 2026-12-04: the manager's c
 0.87 on one seed, 0.29 on the next). A manager that cannot copy the fact into its reply, or an
 Answer Agent that cannot copy the value out of a memory, gives the manager stage no reward to
 learn an operation from. This stage gives every seed the circuit first, on a task that needs
-nothing else:
+nothing else (`copy_rows`; the loss on the copy):
 
-  [BOS] x [SEP] x        x: uniform random token ids, ``tokens`` long; the loss on the copy
+  [BOS] x [SEP] x                                   one string (spans (1, 1))
+  [BOS] "d1" ^"x" "d2" [SEP] "x"                    the marked (^) one of 1-4 quoted strings
 
-The ids are uniform so that no unigram guess helps (log V nats a token) and copying is the only
-way down; on random *words* the model settled at their peaked unigram instead. The update is
-the warm start's own (memr1.train.sft: the token-mean NLL of the target, `make_sft_step` on a
-one-device mesh); AdamW (b2 0.95) at a constant rate after a linear warmup, no weight decay.
+x and the d's: uniform random token ids, ``tokens`` long. The demo uses the second: a manager
+reply starts a fact's copy after a quote, as every memory of its prompt starts, so the first
+word has to be found, not continued; with the first alone the warm start wrote a frequent name
+where a fact's first word belonged (docs/demo.md, 2026-12-05). The ids are uniform so that no
+unigram guess helps (log V nats a token) and copying is the only way down; on random *words* the
+model settled at their peaked unigram instead. The update is the warm start's own
+(memr1.train.sft: the token-mean NLL of the target, `make_sft_step` on a one-device mesh); AdamW
+(b2 0.95) at a constant rate after a linear warmup, no weight decay.
 """
 
 from __future__ import annotations
