@@ -7,11 +7,11 @@ Keys of the arg string: quick (every stage in a few steps on a world of four con
 the end-to-end test: nothing learns). The returned ConfigDict is locked.
 
 Everything the demo trains and measures is sized here. One seed takes about 22 minutes on two
-CPU cores with the machine to itself (2-core AMD EPYC, AVX2): copy pretraining 205 s, SFT 590 s,
-the two RL stages 390 s, the evaluations 75 s (docs/benchmarks.md). The values were chosen on
-the validation split, never the test split, by watching the EM of the warm start and of each RL
-stage and the warm start's probes (tools/op_probe.py, tools/copy_probe.py); docs/demo.md has
-the measurements.
+CPU cores with the machine to itself (2-core Intel Xeon, AVX-512): copy pretraining 246 s, SFT
+486 s, the two RL stages 441 s, the evaluations 100 s (docs/benchmarks.md). The values were
+chosen on the validation split, never the test split, by watching the EM of the warm start and
+of each RL stage and the warm start's probes (tools/op_probe.py, tools/copy_probe.py);
+docs/demo.md has the measurements.
 `commands.stage_overrides` turns this config into the fields of configs/memr1.py that each
 stage's `memr1.train` or `memr1.evaluate` runs with.
 """
