@@ -114,7 +114,7 @@ def copy_pretraining() -> dict[str, object]:
     A manager reply writes a fact whose first word follows a quote, as every memory's in its
     prompt does: a plain copy of one string ([BOS] x [SEP] x) left the warm start unable to
     find it (a fact's first name copied 7-15% of the time on three seeds), the marked copy
-    100% on four seeds of five (docs/demo.md, 2026-12-05)."""
+    100% on four seeds of five (2-core Intel Xeon, AVX-512; docs/demo.md, 2026-12-05)."""
     return dict(steps=600, batch_size=32, lr=1e-3, warmup_steps=50, tokens=(4, 12), spans=(1, 4))
 
 
@@ -202,9 +202,9 @@ def manager_stage() -> dict[str, object]:
     questions of the turn and of the memories shown to the manager ("shown": with only the
     turn's own, one seed of five learned broken merges that those questions cannot see), with a
     KL weight of 0.1 (without it the stage dropped every NOOP on two seeds of three). On
-    validation over 5 seeds this stage added +3.3 EM over the SFT manager, positive on all
-    five; on collision turns alone (min_overlap 0.5) it added -0.1 on four, though it learned
-    DELETE on one (docs/demo.md, 2026-12-05).
+    validation over 5 seeds (2-core Intel Xeon, AVX-512) this stage added +3.3 EM over the SFT
+    manager, positive on all five; on collision turns alone (min_overlap 0.5) +1.3, positive
+    on two, though it learned DELETE on two (docs/demo.md, 2026-12-05).
     """
     return dict(
         steps=60,
