@@ -8,7 +8,8 @@ experiments/cpu_demo/probe.py.
 
 Scores, under teacher forcing on the teachers' replies to a held-out split, every target token
 that names something and occurs in the prompt: the share the policy ranks first and its mean
-probability. Chance (guessing among the world's names) is about 0.1; docs/demo.md explains why
+probability, and apart the share for those that open a memory's text in a manager reply (the
+fact's person). Chance (guessing among the world's names) is about 0.1; docs/demo.md explains why
 this number, not EM, says whether a warm start can be improved by RL. The teachers' replies
 are written as the run's config writes its traces (--config: the same FILE[:ARG] as the run's;
 an op-first warm start is scored on op-first replies). Prints a table and writes
@@ -77,10 +78,12 @@ def main(argv=None) -> int:
     )
 
     print(f"copy probe of {checkpoint} on {args.split} ({result['rows']} rows)")
-    print("| agent | copy tokens | top-1 | mean p |\n|---|---|---|---|")
+    print("| agent | copy tokens | top-1 | mean p | opening a memory | its top-1 |")
+    print("|---|---|---|---|---|---|")
     for agent in AGENTS:
         s = result["scores"][agent]
-        print(f"| {agent} | {s['tokens']} | {s['top1']:.2f} | {s['mean_prob']:.2f} |")
+        cells = f"{s['top1']:.2f} | {s['mean_prob']:.2f} | {s['opening_tokens']}"
+        print(f"| {agent} | {s['tokens']} | {cells} | {s['opening_top1']:.2f} |")
     if args.reading:
         r = result["reading"]
         print(f"reading: greedy answers to {r['questions']} questions")

@@ -7,13 +7,17 @@ used), it scores, under teacher forcing, every target token that names something
 capitalised word that also occurs in the prompt (people, pets, cities) -- by the policy's
 probability of it and whether it is the policy's top-1 token. A policy that copies scores near
 1; one that guesses from its training prior scores about 1 / (number of names) however long it
-trains.
+trains. The copy tokens that open a manager reply's memory text (the fact's person: every
+synthloco fact opens with a name) are also scored apart: a warm start can copy the later names
+of a fact and still write the wrong person first (teacher-forced top-1 0.08 against 0.71 for
+the other names, docs/demo.md, 2026-12-06), which the mean over all copy tokens hides.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,6 +38,8 @@ class CopyScores:
     tokens: int
     top1: float
     mean_prob: float
+    opening_tokens: int = 0
+    opening_top1: float = float("nan")
 
     def as_dict(self) -> dict[str, float | int]:
         return dataclasses.asdict(self)
@@ -51,6 +57,16 @@ def copy_positions(prompt: Sequence[int], target: Sequence[int], tokenizer: Any)
     return [
         k for k, tok in enumerate(target) if tok in seen and is_copy_token(tokenizer.decode([tok]))
     ]
+
+
+# The end of a reply's text before a memory text's first token, in the JSON of either style.
+_OPENS_TEXT = re.compile(r'"text":\s*"$')
+
+
+def opening_positions(target: Sequence[int], positions: Sequence[int], tokenizer: Any) -> list[int]:
+    """Those of ``positions`` (copy tokens of ``target``) that open a memory's text in a manager
+    reply (the token right after ``"text": "``)."""
+    return [k for k in positions if _OPENS_TEXT.search(tokenizer.decode(list(target[:k])))]
 
 
 def score_rows(
@@ -83,7 +99,7 @@ def score_rows(
             prompt = list(encode_prompt(row["messages"]))
             target = list(tokenizer.encode(row["target"], add_special_tokens=False))
             encoded.append((prompt, target, copy_positions(prompt, target, tokenizer)))
-        hits, probs = [], []
+        hits, probs, opening = [], [], []
         length = max((len(p) + len(t) for p, t, _ in encoded), default=1)
         length = -(-length // 16) * 16  # one compiled shape for every batch
         for start in range(0, len(encoded), batch):
@@ -93,15 +109,20 @@ def score_rows(
                 tokens[i, : len(p) + len(t)] = p + t
             lp = np.asarray(log_probs(params, jnp.asarray(tokens)))
             for i, (p, t, positions) in enumerate(chunk):
+                opens = set(opening_positions(t, positions, tokenizer))
                 for k in positions:
                     row_lp = lp[i, len(p) + k - 1]
                     hits.append(float(np.argmax(row_lp) == t[k]))
                     probs.append(float(np.exp(row_lp[t[k]])))
+                    if k in opens:
+                        opening.append(hits[-1])
         out[agent] = CopyScores(
             rows=len(encoded),
             tokens=len(hits),
             top1=float(np.mean(hits)) if hits else float("nan"),
             mean_prob=float(np.mean(probs)) if probs else float("nan"),
+            opening_tokens=len(opening),
+            opening_top1=float(np.mean(opening)) if opening else float("nan"),
         )
     return out
 

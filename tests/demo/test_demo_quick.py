@@ -111,6 +111,11 @@ def test_quick_demo_writes_every_output(tmp_path, capsys):
         scores = probe["scores"][agent]
         assert scores["rows"] > 0 and scores["tokens"] > 0, agent
         assert 0.0 <= scores["top1"] <= 1.0 and 0.0 < scores["mean_prob"] <= 1.0, agent
+    # The manager replies that store or merge a memory open its text with a copied name.
+    opening = probe["scores"]["manager"]
+    assert 0 < opening["opening_tokens"] < opening["tokens"]
+    assert 0.0 <= opening["opening_top1"] <= 1.0
+    assert probe["scores"]["answer"]["opening_tokens"] == 0
 
     # The reward probe (tools/reward_probe.py) rewards the fixed behaviours on the manager
     # stage's states through the RL Answer Agent, as the stage rewards its groups, and through

@@ -3,7 +3,7 @@ whole."""
 
 from __future__ import annotations
 
-from experiments.cpu_demo.probe import copy_positions, is_copy_token
+from experiments.cpu_demo.probe import copy_positions, is_copy_token, opening_positions
 
 
 class _Pieces:
@@ -29,3 +29,16 @@ def test_copy_positions_are_named_tokens_seen_in_the_prompt():
     assert copy_positions(prompt, [0, 1, 2, 3, 5], tok) == [1]
     assert copy_positions(prompt, [1, 4], tok) == [0, 1]
     assert copy_positions([], [1, 4], tok) == []
+
+
+def test_opening_positions_are_the_copy_tokens_that_open_a_memory_text():
+    pieces = ['{"memory": [{"event": "UPDATE", "id": "0", "text": "', "Nadia", " has", " dogs:",
+              " Scout", " and", " Toby", '.", "old_memory": "', "Nadia", " has", '."}]}',
+              '"text":  "', "Jon"]  # fmt: skip
+    tok = _Pieces(dict(enumerate(pieces)))
+    target = list(range(len(pieces)))
+    positions = copy_positions(target, target, tok)
+    assert positions == [1, 4, 6, 8, 12]
+    # The fact's person opens the text; the old memory's name and the list's names do not.
+    assert opening_positions(target, positions, tok) == [1, 12]
+    assert opening_positions(target, [], tok) == []
