@@ -233,10 +233,7 @@ def traces() -> dict[str, object]:
     entry's event first and a repeat as an explicit NONE entry, so that the warm start samples
     every operation at a collision (tools/op_probe.py). event_weight: the SFT loss weight of
     each operation word of a teacher's manager reply, the copy rows' excepted
-    (traces.weigh_events). copy_row_names: every copy row's fact and memories open with a name
-    of the world (traces.manager_copy_rows), so that the reply must copy the fact's person and
-    not a shown memory's; off until measured over 5 seeds (on seeds 0 and 2 it kept the copy
-    of a fact's first name through SFT: docs/demo.md, 2026-12-06).
+    (traces.weigh_events).
     """
     return dict(
         direct_fraction=0.3,
@@ -247,7 +244,6 @@ def traces() -> dict[str, object]:
         draws_per_turn=4,
         op_first=True,
         event_weight=10.0,
-        copy_row_names=False,
     )
 
 

@@ -143,7 +143,6 @@ class SeedRun(SeedTuples):
             self.seed,
             self.c.style,
             op_first=t.op_first,
-            names=lists[0] if t.copy_row_names else (),
         )
         k = self.c.memory.k_per_speaker
         rows += read_rows.answer_read_rows(
@@ -159,8 +158,6 @@ class SeedRun(SeedTuples):
         t = self.c.traces.to_dict()
         if t["event_weight"] == 1.0:  # no spans: the rows of a build from before the key
             del t["event_weight"]
-        if not t["copy_row_names"]:  # unnamed copy rows: those of a build from before the key
-            del t["copy_row_names"]
         return {
             "traces": t,
             "style": self.c.style,

@@ -115,13 +115,10 @@ def manager_copy_rows(
     style: str,
     *,
     op_first: bool = False,
-    names: Sequence[str] = (),
 ) -> list[dict]:
     """Manager rows whose fact and shown memories are random sequences of ``words`` (``lengths``
     words each, inclusive), the reply the ADD of the fact, rendered by the manager's own renderer
-    and formatter. With ``names`` each sequence opens with one of them, drawn at random, as every
-    fact and memory of synthloco opens with its person: the reply must then copy the fact's name,
-    not the name of a memory shown above it.
+    and formatter.
 
     Trained on the traces alone, the tiny manager writes the format and the training prior ("Jon
     lives in Austin." for "Sam lives in Chicago."): its copy probe (experiments/cpu_demo/probe.py)
@@ -134,8 +131,7 @@ def manager_copy_rows(
     rng = random.Random(seed)
 
     def sentence() -> str:
-        opening = [rng.choice(names)] if names else []
-        return " ".join(opening + rng.choices(words, k=rng.randint(*lengths))) + "."
+        return " ".join(rng.choices(words, k=rng.randint(*lengths))) + "."
 
     rows = []
     for _ in range(n_rows):
