@@ -10,7 +10,8 @@ probability of it and whether it is the policy's top-1 token. A policy that copi
 trains. The copy tokens that open a manager reply's memory text (the fact's person: every
 synthloco fact opens with a name) are also scored apart: a warm start can copy the later names
 of a fact and still write the wrong person first (teacher-forced top-1 0.08 against 0.71 for
-the other names, docs/demo.md, 2026-12-06), which the mean over all copy tokens hides.
+the other names on a 2-core Intel Xeon, AVX-512; docs/demo.md, 2026-12-06), which the mean
+over all copy tokens hides.
 """
 
 from __future__ import annotations
