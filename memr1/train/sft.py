@@ -155,16 +155,23 @@ def read_sft_pairs(path: str, policy) -> list[tuple[list[int], list[int], list[f
     spans of the target whose tokens (any token overlapping the span) get that weight in the
     loss instead of 1 (the EOS keeps 1). Weights are None for a row without spans.
 
+    A row may instead be {prompt_ids, target_ids}: token ids taken as they are (no chat
+    template, no EOS), for a task that is not a conversation, such as rehearsing a
+    pretraining task in the same batches (experiments/cpu_demo: the copy task).
+
     Raises:
       ValueError: naming the file and line, for a row that is not such an object, a prompt over
-        agents.max_prompt_tokens, or a span outside its target or with a weight that is not a
-        finite number >= 0.
+        agents.max_prompt_tokens, a span outside its target or with a weight that is not a
+        finite number >= 0, or an id row with no target or an id outside the tokenizer's.
     """
     pairs = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             try:
                 row = json.loads(line)
+                if isinstance(row, dict) and "prompt_ids" in row:
+                    pairs.append((*_id_row(row, policy, f"{path}: line {n}"), None))
+                    continue
                 messages, target = row["messages"], row["target"]
             except (json.JSONDecodeError, KeyError, TypeError) as err:
                 msg = f"{path}: line {n}: not a {{messages, target}} object ({err})"
@@ -183,6 +190,28 @@ def read_sft_pairs(path: str, policy) -> list[tuple[list[int], list[int], list[f
     if not pairs:
         raise ValueError(f"{path}: no SFT pairs")
     return pairs
+
+
+def _id_row(row: Mapping, policy, where: str) -> tuple[list[int], list[int]]:
+    """The (prompt, target) ids of a {prompt_ids, target_ids} row, checked."""
+    prompt, target = row["prompt_ids"], row["target_ids"]  # KeyError: not such an object
+    if not all(
+        isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
+        for ids in (prompt, target)
+    ):
+        raise ValueError(f"{where}: prompt_ids and target_ids must be lists of token ids")
+    if not target:
+        raise ValueError(f"{where}: no target ids")
+    vocab = len(policy.tokenizer)
+    bad = [i for i in prompt + target if not 0 <= i < vocab]
+    if bad:
+        raise ValueError(f"{where}: token id {bad[0]} is outside the tokenizer's 0..{vocab - 1}")
+    limit = getattr(policy, "max_prompt_tokens", None)
+    if limit is not None and len(prompt) > limit:
+        raise ValueError(
+            f"{where}: {len(prompt)} prompt ids, over agents.max_prompt_tokens={limit}"
+        )
+    return list(prompt), list(target)
 
 
 def _weighted_ids(tokenizer, target: str, spans, where: str) -> tuple[list[int], list[float]]:

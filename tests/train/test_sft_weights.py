@@ -173,3 +173,34 @@ def test_every_step_has_loss_weight_when_any_row_is_weighted(tmp_path):
     fields = []
     _loop_params(tmp_path, pairs, "plain", fields)
     assert all("loss_weight" not in f for f in fields), fields
+
+
+def test_token_id_rows_are_taken_as_they_are(policy_io, tmp_path):
+    rows = [
+        {"messages": [{"role": "user", "content": "Ana"}], "target": "Ana lives in Rome."},
+        {"prompt_ids": [5, 7, 9], "target_ids": [7, 9]},
+    ]
+    (p0, t0, _), (p1, t1, w1) = sft.read_sft_pairs(_write(tmp_path / "a.jsonl", rows), policy_io)
+    assert t0[-1] == policy_io.eos_ids[0]  # a text row's target ends with the EOS
+    assert (p1, t1, w1) == ([5, 7, 9], [7, 9], None)  # an id row gets none, no template
+
+
+@pytest.mark.parametrize(
+    "row, what",
+    [
+        ({"prompt_ids": [5], "target_ids": []}, "no target ids"),
+        ({"prompt_ids": [5], "target_ids": [297]}, "297 is outside the tokenizer's 0..296"),
+        ({"prompt_ids": [-1], "target_ids": [5]}, "-1 is outside the tokenizer's 0..296"),
+        ({"prompt_ids": [5], "target_ids": [1.5]}, "lists of token ids"),
+        ({"prompt_ids": "5 6", "target_ids": [5]}, "lists of token ids"),
+        ({"prompt_ids": [5]}, "not a"),
+        ({"prompt_ids": [5] * 40, "target_ids": [5]}, "40 prompt ids, over"),
+    ],
+)
+def test_bad_token_id_rows_name_the_file_and_line(policy_io, tmp_path, row, what):
+    rows = [{"prompt_ids": [5, 6], "target_ids": [7]}, row]
+    path = _write(tmp_path / "bad.jsonl", rows)
+    limited = SimpleNamespace(**{**vars(policy_io), "max_prompt_tokens": 32})
+    assert len(limited.tokenizer) == 297  # the BPE's merges ran out below vocab_size
+    with pytest.raises(ValueError, match=f"bad.jsonl: line 2: .*{what}"):
+        sft.read_sft_pairs(path, limited)
