@@ -10,7 +10,10 @@
   python -m memr1.train --config configs/memr1.py:stage=answer,algo=sft --sft_data traces.jsonl ...
 
 Training tuples come from `python -m memr1.tuples`; SFT data is JSONL of
-{"messages": [...chat...], "target": "reply"} (e.g. a stronger model's traces: Memory-SFT).
+{"messages": [...chat...], "target": "reply"} (e.g. a stronger model's traces: Memory-SFT),
+optionally with "target_weights" (character spans of the target weighted in the loss), or of
+{"prompt_ids": [...], "target_ids": [...]} (token ids as they are: another task's rows mixed
+into the same batches; `memr1.train.sft.read_sft_pairs`).
 The partner agent is frozen while one trains (the paper's choice): the manager stage's reward
 comes from the Answer Agent of --answer_checkpoint (the backbone's own weights if unset).
 Checkpoints (Orbax) go to WORKDIR/checkpoints, written asynchronously, and resume automatically;
@@ -59,7 +62,9 @@ _CONFIG = config_flags.DEFINE_config_file("config", "configs/memr1.py", "Experim
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, logs).")
 _HF_DIR = flags.DEFINE_string("hf_dir", None, "Local HF checkpoint of the backbone.")
 _TUPLES = flags.DEFINE_string("tuples", None, "python -m memr1.tuples output, or tfds:DATA_DIR.")
-_SFT_DATA = flags.DEFINE_string("sft_data", None, "JSONL of {messages, target} for SFT.")
+_SFT_DATA = flags.DEFINE_string(
+    "sft_data", None, "JSONL of {messages, target} (or {prompt_ids, target_ids}) for SFT."
+)
 _INIT = flags.DEFINE_string(
     "init_checkpoint", None, "Start from this run's policy (e.g. SFT): DIR, DIR:STEP or DIR:best."
 )
