@@ -73,22 +73,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.banks = dict(answer=("teacher", "careful"), manager="careful")
     config.traces = traces()
     config.pretrain = copy_pretraining()
-    # The warm start: one policy, both agents; its sequence length is the longest trace's.
-    # 2,000 steps at 1e-3 (at the random init's 3e-3 the pretrained circuit is lost: copy
-    # probe 0.12 and 0.16; at 1e-3 on one seed of five, seed 4: 0.27), the rate decayed to 0
-    # on a cosine (at a constant rate every colliding fact got the same op mix on its own
-    # training rows). group_by_length and buckets:
-    # train.sft_group_by_length and train.sft_buckets, batches of rows of similar length padded
-    # to one of 8 widths (tools/sft_padding.py counts the padding).
-    config.sft = dict(
-        steps=2000,
-        batch_size=8,
-        lr=1e-3,
-        warmup_steps=50,
-        group_by_length=16,
-        buckets=8,
-        lr_decay="cosine",
-    )
+    config.sft = warm_start()
     config.answer = answer_stage()
     config.manager = manager_stage()
     # Both RL stages: G samples per state, learning-rate warm-up steps, no KL penalty to the
@@ -103,6 +88,31 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         quick(config)
     config.lock()
     return config
+
+
+def warm_start() -> dict[str, object]:
+    """The SFT warm start: fields of `config.sft`."""
+    # The warm start: one policy, both agents; its sequence length is the longest trace's.
+    # 2,000 steps at 1e-3 (at the random init's 3e-3 the pretrained circuit is lost: copy
+    # probe 0.12 and 0.16; at 1e-3 on one seed of five, seed 4: 0.27), the rate decayed to 0
+    # on a cosine (at a constant rate every colliding fact got the same op mix on its own
+    # training rows). group_by_length and buckets:
+    # train.sft_group_by_length and train.sft_buckets, batches of rows of similar length padded
+    # to one of 8 widths (tools/sft_padding.py counts the padding).
+    # rehearsal_rows: rows of the copy pretraining task (as token ids) after the traces, so
+    # that SFT keeps training the circuit it maps onto a manager reply's fact: without them
+    # one SFT run in three never mapped it (a fact's first word copied 0.15 at steps 250 and
+    # 2,000 on seed 2; docs/demo.md, 2026-12-06).
+    return dict(
+        steps=2000,
+        batch_size=8,
+        lr=1e-3,
+        warmup_steps=50,
+        group_by_length=16,
+        buckets=8,
+        lr_decay="cosine",
+        rehearsal_rows=1600,
+    )
 
 
 def copy_pretraining() -> dict[str, object]:
@@ -258,7 +268,7 @@ def quick(config: ml_collections.ConfigDict) -> None:
     config.vocab_size = 512
     config.traces.manager_copy_rows = 8
     config.traces.answer_read_rows = 8
-    config.sft.update(steps=4, batch_size=4, warmup_steps=1)
+    config.sft.update(steps=4, batch_size=4, warmup_steps=1, rehearsal_rows=8)
     config.pretrain.update(steps=min(config.pretrain.steps, 3), batch_size=4, tokens=(2, 6))
     config.answer.update(steps=2, batch_size=2, max_new_tokens=24, eval_every=2)
     config.manager.update(steps=2, batch_size=2, max_new_tokens=32, eval_every=2)

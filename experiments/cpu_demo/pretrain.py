@@ -102,6 +102,19 @@ def copy_rows(
     return rows
 
 
+def rehearsal_rows(
+    n: int, pc, *, ids: tuple[int, int], bos: int, sep: int, marks, seed: int
+) -> list[dict[str, list[int]]]:
+    """``n`` rows of the copy task as the warm start's token-id rows ({prompt_ids,
+    target_ids}: `memr1.train.sft.read_sft_pairs`), drawn as `pretrain` draws its own (``pc``:
+    the pretrain section) from a stream of their own, to mix into the SFT traces: SFT then
+    keeps training the circuit it maps onto a manager reply's fact (config.sft)."""
+    lengths, spans = tuple(int(k) for k in pc.tokens), tuple(int(k) for k in pc.spans)
+    rng = np.random.default_rng([seed, 3])
+    rows = copy_rows(n, lengths, ids, bos, sep, rng, spans=spans, marks=marks)
+    return [{"prompt_ids": p, "target_ids": t} for p, t in rows]
+
+
 def copy_accuracy(
     graphdef, params, batch: dict[str, np.ndarray], first: np.ndarray | None = None
 ) -> tuple[float, ...]:

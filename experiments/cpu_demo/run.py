@@ -35,7 +35,7 @@ from typing import Any
 
 import ml_collections
 
-from experiments.cpu_demo import augment, read_rows, traces
+from experiments.cpu_demo import augment, read_rows, sft_data, traces
 from experiments.cpu_demo.commands import config_flags, load_config, run_module, stage_overrides
 from experiments.cpu_demo.config import synth_config
 from experiments.cpu_demo.seed_tuples import SeedTuples, check_built_with, record_build
@@ -204,15 +204,9 @@ class SeedRun(SeedTuples):
         cfg = model_config.get_size("tiny", vocab_size=vocab)
         _, params = transformer.init_model(cfg, seed=self.seed)
         history = None
-        if settings:  # copied: the ids after the specials but the last, the separator
-            sep = len(tok) - 1
-            ids = (max(tok.eos_token_id, tok.pad_token_id) + 1, sep)
-            marks = None
-            if tuple(self.c.pretrain.spans) != (1, 1):  # the two ids below it mark strings
-                marks, ids = (sep - 2, sep - 1), (ids[0], sep - 2)
+        if settings:
             params, history = pretrain.pretrain(
-                cfg, params, self.c.pretrain, ids=ids, bos=tok.eos_token_id, sep=sep,
-                marks=marks, seed=self.seed,
+                cfg, params, self.c.pretrain, **sft_data.copy_task(self.c, tok), seed=self.seed,
                 log=lambda line: self.log(f"[seed {self.seed}] {line}"),
             )  # fmt: skip
         export_hf(cfg, params, self.base, tokenizer_dir=self.tokenizer, overwrite=True)
@@ -226,23 +220,6 @@ class SeedRun(SeedTuples):
         p = self.c.pretrain.to_dict()
         return {"pretrain": p} if p["steps"] > 0 else {}
 
-    def sft_length(self) -> int:
-        """The longest trace (prompt + reply + EOS) in tokens, rounded up to a multiple of 16:
-        SFT pads every row to this length, so a tight bound is time saved on every step."""
-        from memr1.env.prompts import to_prompt_text
-        from memr1.models.tokenizer import load_tokenizer
-
-        tok = load_tokenizer(self.base)
-        longest = 0
-        with open(self.sft_data, encoding="utf-8") as f:
-            for line in f:
-                row = json.loads(line)
-                n = len(tok.encode(to_prompt_text(row["messages"]))) + len(
-                    tok.encode(row["target"])
-                )
-                longest = max(longest, n + 1)
-        return -(-longest // 16) * 16
-
     def train_sft(self) -> None:
         from memr1.env import load
         from memr1.models import hf_export
@@ -254,8 +231,9 @@ class SeedRun(SeedTuples):
         else:
             record_build(self.sft, settings)
         overrides = stage_overrides(self.c, self.seed, stage="sft")
-        overrides["train.sft_length"] = self.sft_length()
-        self._train("stage=answer,algo=sft,runlocal", overrides, self.sft, sft_data=self.sft_data)
+        data = sft_data.rehearsed(self.c, self.seed, self.sft_data, self.base, self.sft)
+        overrides["train.sft_length"] = sft_data.longest_row(data, self.base)
+        self._train("stage=answer,algo=sft,runlocal", overrides, self.sft, sft_data=data)
         if not (self.sft_export / "config.json").is_file():
             # The warm start as a plain HF checkpoint: the "base model" the prompted baselines
             # (LoCoMo-RAG, Mem0) run on.

@@ -9,7 +9,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from experiments.cpu_demo import pretrain
+from experiments.cpu_demo import pretrain, sft_data
 from memr1.models import transformer
 from memr1.models.config import get_size
 from memr1.train.sft import sft_batch
@@ -141,6 +141,24 @@ def _section(**kw) -> ml_collections.ConfigDict:
     )
 
 
+def test_rehearsal_rows_are_marked_copy_rows_of_their_own_stream():
+    section = _section(tokens=(2, 4), spans=(1, 3))
+    task = {"ids": (4, 37), "bos": 0, "sep": 39, "marks": (37, 38)}
+    rows = pretrain.rehearsal_rows(50, section, **task, seed=5)
+    drawn = pretrain.copy_rows(
+        50, (2, 4), (4, 37), 0, 39, np.random.default_rng([5, 3]), spans=(1, 3), marks=(37, 38)
+    )
+    assert rows == [{"prompt_ids": p, "target_ids": t} for p, t in drawn]
+    for row in rows:  # the marked string, quoted, is the target
+        prompt, target = row["prompt_ids"], row["target_ids"]
+        at = prompt.index(37)
+        assert prompt[at + 1 : at + 1 + len(target)] == target and target[0] == target[-1] == 38
+    training = pretrain.copy_rows(
+        50, (2, 4), (4, 37), 0, 39, np.random.default_rng([5, 1]), spans=(1, 3), marks=(37, 38)
+    )
+    assert [r["prompt_ids"] for r in rows] != [p for p, _ in training]  # not pretraining's rows
+
+
 def test_pretraining_learns_to_copy_and_reports_held_out_accuracy():
     _, params = transformer.init_model(MICRO, seed=0)
     lines = []
@@ -206,3 +224,38 @@ def test_the_demo_base_is_copy_pretrained_and_refuses_other_settings(tmp_path):
         off.pretrain.steps = 0  # no pretraining: a random base, which records nothing
     plain = SeedRun(off, 0, tmp_path, algo="grpo", log=print)
     assert plain.base_settings() == {} and "pretrain" not in plain.sft_settings()
+    with pytest.raises(ValueError, match=r"sft.rehearsal_rows 8: copy pretraining is off"):
+        sft_data.rehearsed(off, 0, run.sft_data, run.base, run.sft)
+
+
+@pytest.mark.slow
+def test_the_demo_sft_reads_its_traces_then_the_copy_task_rehearsed(tmp_path):
+    from experiments.cpu_demo.config import get_config
+    from experiments.cpu_demo.run import SeedRun
+    from memr1.env import load
+    from memr1.train.sft import read_sft_pairs
+
+    config = get_config("quick")
+    run = SeedRun(config, 0, tmp_path, algo="grpo", log=print)
+    for stage in (run.make_data, run.make_tuples, run.make_careful_tuples, run.make_traces):
+        stage()
+    run.make_tokenizer()
+    run.make_base()
+    run.sft.mkdir()
+    path = sft_data.rehearsed(config, 0, run.sft_data, run.base, run.sft)
+    traces_text = run.sft_data.read_text()
+    assert path.parent == run.sft and path.read_text().startswith(traces_text)
+    added = [json.loads(line) for line in path.read_text()[len(traces_text) :].splitlines()]
+    assert len(added) == config.sft.rehearsal_rows == 8
+    backbone = load.load_backbone(hf_dir=str(run.base))
+    policy = load.make_policy(backbone, backbone.params)
+    pairs = read_sft_pairs(str(path), policy)
+    task = sft_data.copy_task(config, backbone.tokenizer)
+    assert [(p, t) for p, t, _ in pairs[-8:]] == [(r["prompt_ids"], r["target_ids"]) for r in added]
+    for _, target, _ in pairs[-8:]:  # the quoted copy: no EOS, the copied ids only
+        assert target[0] == target[-1] == task["marks"][1]
+        assert all(task["ids"][0] <= i < task["ids"][1] for i in target[1:-1])
+    longest = max(len(p) + len(t) for p, t, _ in pairs)
+    assert longest <= sft_data.longest_row(path, run.base) < longest + 16
+    again = sft_data.rehearsed(config, 0, run.sft_data, run.base, run.sft)
+    assert again.read_text() == path.read_text()  # written once, then reused
