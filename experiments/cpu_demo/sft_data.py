@@ -12,6 +12,8 @@ from pathlib import Path
 
 import ml_collections
 
+from memr1.atomic import write_text_atomic
+
 
 def copy_task(config: ml_collections.ConfigDict, tok) -> dict:
     """The copy pretraining's token ids under a seed's tokenizer (pretrain.copy_rows): the
@@ -47,10 +49,8 @@ def rehearsed(
         task = copy_task(config, load_tokenizer(base))
         rows = pretrain.rehearsal_rows(n, config.pretrain, **task, seed=seed)
         text = traces.read_text(encoding="utf-8")
-        text += "".join(json.dumps(r) + "\n" for r in rows)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)  # never a half-written file read as the data
+        # never a half-written file read as the data
+        write_text_atomic(path, text + "".join(json.dumps(r) + "\n" for r in rows))
     return path
 
 

@@ -206,8 +206,8 @@ def _id_row(row: Mapping, policy, where: str) -> tuple[list[int], list[int]]:
     bad = [i for i in prompt + target if not 0 <= i < vocab]
     if bad:
         raise ValueError(f"{where}: token id {bad[0]} is outside the tokenizer's 0..{vocab - 1}")
-    limit = getattr(policy, "max_prompt_tokens", None)
-    if limit is not None and len(prompt) > limit:
+    limit = policy.max_prompt_tokens
+    if len(prompt) > limit:
         raise ValueError(
             f"{where}: {len(prompt)} prompt ids, over agents.max_prompt_tokens={limit}"
         )

@@ -198,8 +198,8 @@ def test_a_non_finite_loss_stops_pretraining_naming_the_step():
         pretrain.pretrain(MICRO, broken, _section(steps=3), ids=(2, 39), bos=0, sep=39, seed=0)
 
 
-@pytest.mark.slow
-def test_the_demo_base_is_copy_pretrained_and_refuses_other_settings(tmp_path):
+def _quick_base(tmp_path):
+    """The quick demo's config and seed 0's run, built up to its copy-pretrained base."""
     from experiments.cpu_demo.config import get_config
     from experiments.cpu_demo.run import SeedRun
 
@@ -209,6 +209,15 @@ def test_the_demo_base_is_copy_pretrained_and_refuses_other_settings(tmp_path):
         stage()
     run.make_tokenizer()
     run.make_base()
+    return config, run
+
+
+@pytest.mark.slow
+def test_the_demo_base_is_copy_pretrained_and_refuses_other_settings(tmp_path):
+    from experiments.cpu_demo.config import get_config
+    from experiments.cpu_demo.run import SeedRun
+
+    config, run = _quick_base(tmp_path)
     history = json.loads((run.base / "pretrain.json").read_text())
     assert [h["step"] for h in history] == [config.pretrain.steps]
     assert (run.base / "config.json").is_file() and "pretrain" in run.sft_settings()
@@ -230,17 +239,10 @@ def test_the_demo_base_is_copy_pretrained_and_refuses_other_settings(tmp_path):
 
 @pytest.mark.slow
 def test_the_demo_sft_reads_its_traces_then_the_copy_task_rehearsed(tmp_path):
-    from experiments.cpu_demo.config import get_config
-    from experiments.cpu_demo.run import SeedRun
     from memr1.env import load
     from memr1.train.sft import read_sft_pairs
 
-    config = get_config("quick")
-    run = SeedRun(config, 0, tmp_path, algo="grpo", log=print)
-    for stage in (run.make_data, run.make_tuples, run.make_careful_tuples, run.make_traces):
-        stage()
-    run.make_tokenizer()
-    run.make_base()
+    config, run = _quick_base(tmp_path)
     run.sft.mkdir()
     path = sft_data.rehearsed(config, 0, run.sft_data, run.base, run.sft)
     traces_text = run.sft_data.read_text()

@@ -81,6 +81,7 @@ def policy_io(tmp_path_factory):
         render=lambda messages: messages[-1]["content"],
         encode=lambda text: (np.asarray(tok.encode(text, add_special_tokens=False)), None),
         eos_ids=[tok.eos_token_id],
+        max_prompt_tokens=4096,
     )
 
 
