@@ -34,9 +34,11 @@ def rehearsed(
     folder's build record holds; written atomically, once).
 
     Raises:
-      ValueError: rehearsal asked for while copy pretraining is off.
+      ValueError: a negative row count, or rehearsal asked for while copy pretraining is off.
     """
     n = config.sft.rehearsal_rows
+    if n < 0:  # an int: the locked ConfigDict refuses another type
+        raise ValueError(f"sft.rehearsal_rows {n}: need a count of rows >= 0")
     if n == 0:
         return traces
     from experiments.cpu_demo import pretrain

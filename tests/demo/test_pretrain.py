@@ -159,6 +159,17 @@ def test_rehearsal_rows_are_marked_copy_rows_of_their_own_stream():
     assert [r["prompt_ids"] for r in rows] != [p for p, _ in training]  # not pretraining's rows
 
 
+def test_a_negative_rehearsal_row_count_is_refused_naming_the_setting(tmp_path):
+    from experiments.cpu_demo.config import get_config
+
+    config = get_config("quick")
+    with config.unlocked():
+        config.sft.rehearsal_rows = -1
+    with pytest.raises(ValueError, match=r"sft.rehearsal_rows -1: need a count"):
+        sft_data.rehearsed(config, 0, tmp_path / "sft.jsonl", tmp_path / "base", tmp_path)
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
 def test_pretraining_learns_to_copy_and_reports_held_out_accuracy():
     _, params = transformer.init_model(MICRO, seed=0)
     lines = []
