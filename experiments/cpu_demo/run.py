@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -53,6 +54,8 @@ TRAINED = {
     "memory_r1": ("memory_r1", "rl_manager", "rl_answer"),
 }
 PRESET_NAME = "experiments.cpu_demo"
+# Which checkpoint of an RL stage the stages after it and the evaluation read.
+CHECKPOINT_PICKS = ("last", "best")
 
 
 class SeedRun(SeedTuples):
@@ -268,9 +271,9 @@ class SeedRun(SeedTuples):
         else:  # both RL stages read their states from rl_tuples, validate on val_tuples
             args += [f"--tuples={self.rl_tuples}", f"--val_tuples={self.val_tuples}"]
         if init is not None:
-            args.append(f"--init_checkpoint={init / 'checkpoints'}")
+            args.append(f"--init_checkpoint={self.checkpoint_of(init)}")
         if answer is not None:
-            args.append(f"--answer_checkpoint={answer / 'checkpoints'}")
+            args.append(f"--answer_checkpoint={self.checkpoint_of(answer)}")
         run_module("memr1.train", args, self.log)
 
     def evaluate(self, system: str, split: str) -> dict:
@@ -282,16 +285,21 @@ class SeedRun(SeedTuples):
         from memr1.evaluate import evaluate
 
         out = self.root / "eval" / split / system
+        name, manager, answer = TRAINED.get(system, (system, None, None))
+        if manager is not None:
+            manager = self.checkpoint_of(getattr(self, manager))
+            answer = self.checkpoint_of(getattr(self, answer))
         if (out / "results.json").is_file():
-            return json.loads((out / "results.json").read_text())
+            done = json.loads((out / "results.json").read_text())
+            # Reused only if it read the checkpoints this config names (a switch of
+            # answer.checkpoint or manager.checkpoint evaluates again).
+            read = (done.get("manager_checkpoint"), done.get("answer_checkpoint"))
+            if list(map(_real, read)) == list(map(_real, (manager, answer))):
+                return done
         overrides = stage_overrides(self.c, self.seed, stage="eval")
         overrides["data.path"] = str(self.data / f"{split}.json")
         overrides["data.gold_ops"] = str(self.data / "gold_ops.json")
-        name, manager, answer = TRAINED.get(system, (system, None, None))
         config = load_config(f"system={name},dataset=synthloco,runlocal", overrides)
-        if manager is not None:
-            manager = str(getattr(self, manager) / "checkpoints")
-            answer = str(getattr(self, answer) / "checkpoints")
         return evaluate(
             config,
             hf_dir=str(self.sft_export),
@@ -301,6 +309,23 @@ class SeedRun(SeedTuples):
             workdir=str(out),
             overwrite=True,
         )
+
+    def checkpoint_of(self, stage: Path) -> str:
+        """The checkpoint of a stage that the later stages and the evaluation read: its latest
+        step, or, for an RL stage whose config's ``checkpoint`` is "best", its best validated
+        step (``DIR:best``, memr1.train.checkpoint)."""
+        picks = {
+            self.rl_answer: self.c.answer.checkpoint,
+            self.rl_manager: self.c.manager.checkpoint,
+        }
+        pick = picks.get(stage, "last")
+        if pick not in CHECKPOINT_PICKS:
+            which = "answer" if stage == self.rl_answer else "manager"
+            raise ValueError(
+                f"config.{which}.checkpoint: expected one of {CHECKPOINT_PICKS}, got {pick!r}"
+            )
+        spec = str(stage / "checkpoints")
+        return f"{spec}:best" if pick == "best" else spec
 
     @staticmethod
     def best_record(workdir: Path) -> dict | None:
@@ -348,6 +373,11 @@ class SeedRun(SeedTuples):
         }
         (self.root / "timings.json").write_text(json.dumps(self.timings, indent=1) + "\n")
         return summary
+
+
+def _real(spec: str | None) -> str | None:
+    """A checkpoint spec with its folders' links resolved (None stays None)."""
+    return None if spec is None else os.path.realpath(spec)
 
 
 def check_seed_dir(seed_dir: Path, needed: tuple[str, ...], seed: int | None = None) -> int:

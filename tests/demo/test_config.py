@@ -261,3 +261,50 @@ def test_the_manager_stage_kl_weight_is_its_own_and_the_answer_stage_keeps_the_s
     with config.unlocked():
         config.manager.kl_beta = None  # None: the shared config.kl_beta
     assert stage_overrides(config, 0, stage="manager")["train.kl_beta"] == 0.0
+
+
+def _run_with(tmp_path, answer="last", manager="last"):
+    config = get_config()
+    with config.unlocked():
+        config.answer.checkpoint, config.manager.checkpoint = answer, manager
+    return SeedRun(config, 0, tmp_path, algo="grpo", log=print)
+
+
+def test_each_rl_stage_names_the_checkpoint_that_later_stages_read(tmp_path):
+    run = _run_with(tmp_path, answer="best")
+    assert run.checkpoint_of(run.rl_answer) == f"{run.rl_answer / 'checkpoints'}:best"
+    assert run.checkpoint_of(run.rl_manager) == str(run.rl_manager / "checkpoints")
+    assert run.checkpoint_of(run.sft) == str(run.sft / "checkpoints")  # SFT: always its last
+    bad = _run_with(tmp_path, manager="newest")
+    with pytest.raises(ValueError, match=r"config.manager.checkpoint: .*'newest'"):
+        bad.checkpoint_of(bad.rl_manager)
+
+
+def test_an_evaluation_is_reused_only_if_it_read_the_checkpoints_the_config_names(
+    tmp_path, monkeypatch
+):
+    import json
+
+    import memr1.evaluate
+
+    calls = []
+    monkeypatch.setattr(
+        memr1.evaluate, "evaluate", lambda config, **kw: calls.append(kw) or {"fresh": True}
+    )
+    # The seed folder reached through a link: the recorded paths are the real ones.
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    run = _run_with(tmp_path / "link")
+    out = run.root / "eval" / "validation" / "memory_r1"
+    out.mkdir(parents=True)
+    done = {
+        "manager_checkpoint": str(real / "manager_grpo" / "checkpoints"),
+        "answer_checkpoint": str(real / "answer_grpo" / "checkpoints"),
+    }
+    (out / "results.json").write_text(json.dumps(done))
+    assert run.evaluate("memory_r1", "validation") == done and not calls
+    best = _run_with(tmp_path / "link", answer="best")
+    assert best.evaluate("memory_r1", "validation") == {"fresh": True}
+    assert calls[0]["answer_ckpt"].endswith("answer_grpo/checkpoints:best")
+    assert calls[0]["manager_ckpt"] == str(best.rl_manager / "checkpoints")
