@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +35,7 @@ from typing import Any
 
 import ml_collections
 
-from experiments.cpu_demo import augment, read_rows, sft_data, traces
+from experiments.cpu_demo import augment, checkpoints, read_rows, sft_data, traces
 from experiments.cpu_demo.commands import config_flags, load_config, run_module, stage_overrides
 from experiments.cpu_demo.config import synth_config
 from experiments.cpu_demo.seed_tuples import SeedTuples, check_built_with, record_build
@@ -54,8 +53,6 @@ TRAINED = {
     "memory_r1": ("memory_r1", "rl_manager", "rl_answer"),
 }
 PRESET_NAME = "experiments.cpu_demo"
-# Which checkpoint of an RL stage the stages after it and the evaluation read.
-CHECKPOINT_PICKS = ("last", "best")
 
 
 class SeedRun(SeedTuples):
@@ -254,6 +251,7 @@ class SeedRun(SeedTuples):
     def train_manager(self) -> None:
         overrides = stage_overrides(self.c, self.seed, stage="manager", algo=self.algo)
         arg = f"stage=manager,algo={self.algo},runlocal"
+        checkpoints.check_reader(self.rl_manager, self.c.answer.checkpoint)
         self._train(arg, overrides, self.rl_manager, init=self.sft, answer=self.rl_answer)
 
     def _train(self, arg, overrides, workdir: Path, *, sft_data=None, init=None, answer=None):
@@ -294,7 +292,7 @@ class SeedRun(SeedTuples):
             # Reused only if it read the checkpoints this config names (a switch of
             # answer.checkpoint or manager.checkpoint evaluates again).
             read = (done.get("manager_checkpoint"), done.get("answer_checkpoint"))
-            if list(map(_real, read)) == list(map(_real, (manager, answer))):
+            if checkpoints.same(read, (manager, answer)):
                 return done
         overrides = stage_overrides(self.c, self.seed, stage="eval")
         overrides["data.path"] = str(self.data / f"{split}.json")
@@ -311,21 +309,13 @@ class SeedRun(SeedTuples):
         )
 
     def checkpoint_of(self, stage: Path) -> str:
-        """The checkpoint of a stage that the later stages and the evaluation read: its latest
-        step, or, for an RL stage whose config's ``checkpoint`` is "best", its best validated
-        step (``DIR:best``, memr1.train.checkpoint)."""
-        picks = {
-            self.rl_answer: self.c.answer.checkpoint,
-            self.rl_manager: self.c.manager.checkpoint,
-        }
-        pick = picks.get(stage, "last")
-        if pick not in CHECKPOINT_PICKS:
-            which = "answer" if stage == self.rl_answer else "manager"
-            raise ValueError(
-                f"config.{which}.checkpoint: expected one of {CHECKPOINT_PICKS}, got {pick!r}"
-            )
-        spec = str(stage / "checkpoints")
-        return f"{spec}:best" if pick == "best" else spec
+        """The checkpoint of a stage that the later stages and the evaluation read: SFT's
+        latest step, an RL stage's as its config's ``checkpoint`` says (checkpoints.spec)."""
+        for name in ("answer", "manager"):
+            if stage == getattr(self, f"rl_{name}"):
+                pick = self.c[name].checkpoint
+                return checkpoints.spec(stage, pick, f"config.{name}.checkpoint")
+        return checkpoints.spec(stage, "last", "")
 
     @staticmethod
     def best_record(workdir: Path) -> dict | None:
@@ -373,11 +363,6 @@ class SeedRun(SeedTuples):
         }
         (self.root / "timings.json").write_text(json.dumps(self.timings, indent=1) + "\n")
         return summary
-
-
-def _real(spec: str | None) -> str | None:
-    """A checkpoint spec with its folders' links resolved (None stays None)."""
-    return None if spec is None else os.path.realpath(spec)
 
 
 def check_seed_dir(seed_dir: Path, needed: tuple[str, ...], seed: int | None = None) -> int:

@@ -308,3 +308,23 @@ def test_an_evaluation_is_reused_only_if_it_read_the_checkpoints_the_config_name
     assert best.evaluate("memory_r1", "validation") == {"fresh": True}
     assert calls[0]["answer_ckpt"].endswith("answer_grpo/checkpoints:best")
     assert calls[0]["manager_ckpt"] == str(best.rl_manager / "checkpoints")
+
+
+def test_a_manager_stage_is_reused_only_with_the_reader_it_was_rewarded_through(tmp_path):
+    import json
+
+    from experiments.cpu_demo.checkpoints import check_reader
+
+    fresh, legacy = tmp_path / "fresh", tmp_path / "legacy"
+    check_reader(fresh, "best")  # a new stage: its reader is recorded
+    assert json.loads((fresh / "metadata.json").read_text()) == {
+        "build": {"answer_checkpoint": "best"}
+    }
+    check_reader(fresh, "best")
+    with pytest.raises(ValueError, match=r"answer_checkpoint: built 'best', config 'last'"):
+        check_reader(fresh, "last")
+    # A stage trained before the reader was recorded read the Answer Agent's last step.
+    (legacy / "checkpoints").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"legacy was built with .*built 'last', config 'best'"):
+        check_reader(legacy, "best")
+    check_reader(legacy, "last")
