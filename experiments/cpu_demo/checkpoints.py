@@ -35,8 +35,11 @@ def spec(stage: Path, pick: str, field: str) -> str:
 
 def same(read: Sequence[str | None], wanted: Sequence[str | None]) -> bool:
     """Whether two lists of checkpoint specs name the same checkpoints, links resolved."""
-    real = [None if s is None else os.path.realpath(s) for s in (*read, *wanted)]
-    return real[: len(read)] == real[len(read) :]
+
+    def real(specs):
+        return [None if s is None else os.path.realpath(s) for s in specs]
+
+    return real(read) == real(wanted)
 
 
 def check_reader(manager_stage: Path, answer_pick: str) -> None:

@@ -311,11 +311,10 @@ class SeedRun(SeedTuples):
     def checkpoint_of(self, stage: Path) -> str:
         """The checkpoint of a stage that the later stages and the evaluation read: SFT's
         latest step, an RL stage's as its config's ``checkpoint`` says (checkpoints.spec)."""
-        for name in ("answer", "manager"):
-            if stage == getattr(self, f"rl_{name}"):
-                pick = self.c[name].checkpoint
-                return checkpoints.spec(stage, pick, f"config.{name}.checkpoint")
-        return checkpoints.spec(stage, "last", "")
+        name = {self.rl_answer: "answer", self.rl_manager: "manager"}.get(stage)
+        if name is None:
+            return str(stage / "checkpoints")
+        return checkpoints.spec(stage, self.c[name].checkpoint, f"config.{name}.checkpoint")
 
     @staticmethod
     def best_record(workdir: Path) -> dict | None:
