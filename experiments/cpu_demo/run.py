@@ -19,13 +19,15 @@
 
 Every stage writes into its own folder of the seed's directory and is skipped when its output is
 already there, so an interrupted demo picks up where it stopped (training resumes from its last
-Orbax checkpoint). The traces, sft and rl_tuples folders record the settings they were built
-with and are reused only under the same ones (seed_tuples.check_built_with: a ValueError
-otherwise, the folder left as it is). Wall time per stage goes to ``timings.json``.
+Orbax checkpoint). The data, tuple, traces, base and sft folders record the settings they were
+built with and are reused only under the same ones (seed_tuples.check_built_with: a ValueError
+otherwise, the folder left as it is); the manager stage records its reader (checkpoints.py).
+Wall time per stage goes to ``timings.json``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
@@ -98,9 +100,11 @@ class SeedRun(SeedTuples):
     # -- stages ------------------------------------------------------------------------------
 
     def make_data(self) -> None:
-        if (self.data / "metadata.json").is_file():
+        world = synth_config(self.c, self.seed)
+        if (self.data / "metadata.json").is_file():  # reused only if generated as configured
+            check_built_with(self.data, dataclasses.asdict(world), entry="config")
             return
-        dataset = synth.generate_dataset(synth_config(self.c, self.seed))
+        dataset = synth.generate_dataset(world)
         synth.write_dataset(dataset, self.data, preset=PRESET_NAME)
 
     def make_traces(self) -> None:
@@ -163,6 +167,7 @@ class SeedRun(SeedTuples):
             "style": self.c.style,
             "answer_teacher": self.c.answer_teacher.to_dict(),
             "answer_banks": self.c.banks.answer,
+            **self.bank_settings(),  # the tuples the rows are written from
         }
 
     def sft_settings(self) -> dict:

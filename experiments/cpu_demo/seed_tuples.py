@@ -72,13 +72,22 @@ class SeedTuples:
             self.seed, t.stale_bias, t.person_blind, t.hedge, careful_kinds=t.careful_kinds
         )
 
+    def bank_settings(self) -> dict:
+        """What every tuple folder is a function of besides the seed and the world: the
+        retrieval its manager prompts and answer states show (`teacher_tuples`)."""
+        m = self.c.memory
+        keys = ("k_per_fact", "k_per_speaker", "capacity")
+        return {"memory": {k: m[k] for k in keys}}
+
     def make_tuples(self) -> None:
         from memr1.tuples import write_tuples
 
         if (self.tuples / "metadata.json").is_file():
+            check_built_with(self.tuples, self.bank_settings())
             return
         built = self.teacher_tuples("train")
         meta = {"teacher": MemZeroLikeTeacher.name, "window": -1, "counts": built.counts}
+        meta.update(self.bank_settings())
         write_tuples(self.tuples, built.manager, built.answer, meta, overwrite=True)
 
     def make_careful_tuples(self) -> None:
@@ -86,9 +95,11 @@ class SeedTuples:
         from memr1.tuples import write_tuples
 
         if (self.careful_tuples / "metadata.json").is_file():
+            check_built_with(self.careful_tuples, self.bank_settings())
             return
         built = self.teacher_tuples("train", MemZeroLikeTeacher(self.seed, CAREFUL))
         meta = {"teacher": "careful-rules", "window": -1, "counts": built.counts}
+        meta.update(self.bank_settings())
         write_tuples(self.careful_tuples, built.manager, built.answer, meta, overwrite=True)
 
     def answer_tuples(self) -> list:
@@ -107,6 +118,7 @@ class SeedTuples:
             "renamed_copies": a.renamed_copies,
             "oversample_kinds": list(a.oversample_kinds),
             "oversample_copies": a.oversample_copies,
+            **self.bank_settings(),
         }
         if (self.rl_tuples / "metadata.json").is_file():
             check_built_with(self.rl_tuples, settings)
@@ -131,26 +143,28 @@ class SeedTuples:
         ``config.banks.manager``, as the train states are built (no renamed copies)."""
         from memr1.tuples import write_tuples
 
-        if (self.val_tuples / "metadata.json").is_file():
-            return
-        teachers = {"teacher": None, "careful": MemZeroLikeTeacher(self.seed, CAREFUL)}
         names = {"answer": self.c.banks.answer, "manager": self.c.banks.manager}
         names = {k: (v,) if isinstance(v, str) else tuple(v) for k, v in names.items()}
+        meta = {"split": "validation", "answer_from": names["answer"]}
+        meta.update(manager_from=names["manager"][0], **self.bank_settings())
+        if (self.val_tuples / "metadata.json").is_file():
+            check_built_with(self.val_tuples, meta)
+            return
+        teachers = {"teacher": None, "careful": MemZeroLikeTeacher(self.seed, CAREFUL)}
         built = {
             n: self.teacher_tuples("validation", teachers[n])
             for n in dict.fromkeys(names["answer"] + names["manager"])
         }
         answer = [t for n in names["answer"] for t in built[n].answer]
-        meta = {"split": "validation", "answer_from": names["answer"]}
-        meta["manager_from"] = names["manager"][0]
         manager = built[names["manager"][0]].manager
         write_tuples(self.val_tuples, manager, answer, meta, overwrite=True)
 
 
-def check_built_with(folder: Path, settings: dict) -> None:
+def check_built_with(folder: Path, settings: dict, *, entry: str = "build") -> None:
     """A stage's folder is reused only if it was built with ``settings`` (its metadata's
-    "build" entries, as `record_build` or `memr1.tuples.write_tuples` wrote them): a run with
-    other settings would otherwise train on data it did not ask for, silently.
+    ``entry`` entries: "build" as `record_build` or `memr1.tuples.write_tuples` wrote them,
+    "config" for a synthloco world): a run with other settings would otherwise train on data it
+    did not ask for, silently.
 
     Raises:
       ValueError: naming the folder and each differing setting with both values, or saying that
@@ -162,7 +176,7 @@ def check_built_with(folder: Path, settings: dict) -> None:
             f"{folder} holds no record of the settings it was built with ({meta.name} is "
             "missing): delete it or run with --fresh"
         )
-    built = _flat(json.loads(meta.read_text()).get("build", {}))
+    built = _flat(json.loads(meta.read_text()).get(entry, {}))
     want = _flat(json.loads(json.dumps(settings)))  # tuples compare as JSON's lists
     diff = [
         f"{k}: built {built.get(k, '(none)')!r}, config {v!r}"

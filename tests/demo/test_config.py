@@ -195,7 +195,7 @@ def test_rl_tuples_built_with_other_settings_are_not_reused(tmp_path):
 
     run = SeedRun(get_config(), 0, tmp_path, algo="grpo", log=print)
     run.rl_tuples.mkdir()
-    built = {"renamed_copies": 3, "oversample_copies": 2}
+    built = {"renamed_copies": 3, "oversample_copies": 2, **run.bank_settings()}
     built["oversample_kinds"] = list(get_config().answer.oversample_kinds)
     meta = run.rl_tuples / "metadata.json"
     meta.write_text(json.dumps({"build": built}))
@@ -208,6 +208,48 @@ def test_rl_tuples_built_with_other_settings_are_not_reused(tmp_path):
     with pytest.raises(ValueError, match=r"rl_tuples was built with .*oversample_copies: built 2"):
         other.make_rl_tuples()
     assert json.loads(meta.read_text()) == {"build": built}  # the folder is left as it was
+
+
+def test_the_world_and_the_tuples_are_reused_only_as_configured(tmp_path):
+    import json
+
+    from experiments.cpu_demo.seed_tuples import record_build
+
+    def run_of(config):
+        return SeedRun(config, 0, tmp_path, algo="grpo", log=print)
+
+    run = run_of(get_config("quick"))
+    run.make_data()  # the quick world, generated
+    train = (run.data / "train.json").read_text()
+    run.make_data()  # the same world: reused
+    fewer_cities, two_read = get_config("quick"), get_config("quick")
+    with fewer_cities.unlocked():
+        fewer_cities.synth.num_cities = 4
+    with two_read.unlocked():
+        two_read.memory.k_per_speaker = 2
+    with pytest.raises(ValueError, match=r"data was built with .*num_cities: built 6, config 4"):
+        run_of(fewer_cities).make_data()
+    assert (run.data / "train.json").read_text() == train  # left as it was
+
+    val = {"split": "validation", "answer_from": ["teacher", "careful"], "manager_from": "careful"}
+    folders = {
+        "make_tuples": (run.tuples, {}),
+        "make_careful_tuples": (run.careful_tuples, {}),
+        "make_val_tuples": (run.val_tuples, val),
+    }
+    for make, (folder, extra) in folders.items():
+        record_build(folder, {**extra, **run.bank_settings()})
+        getattr(run, make)()  # built with these settings: reused, nothing rebuilt
+        assert sorted(p.name for p in folder.iterdir()) == ["metadata.json"]
+        with pytest.raises(ValueError, match=rf"{folder.name} was built .*k_per_speaker: built 1"):
+            getattr(run_of(two_read), make)()
+        record_build(folder, extra)  # a folder from before the record: the retrieval unknown
+        with pytest.raises(ValueError, match=r"memory.k_per_fact: built '\(none\)', config 3"):
+            getattr(run, make)()
+        assert json.loads((folder / "metadata.json").read_text()) == {"build": extra}
+    # The traces are written from the tuples: another retrieval refuses them too.
+    assert run_of(two_read).trace_settings()["memory"]["k_per_speaker"] == 2
+    assert run.trace_settings()["memory"] == run.bank_settings()["memory"]
 
 
 def test_read_config_refuses_quick_beside_a_config_file():
