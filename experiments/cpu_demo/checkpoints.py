@@ -1,17 +1,16 @@
-"""Which checkpoint of a stage the demo's later stages and evaluations read, and the record
-that keeps a reused stage honest about it.
+"""Which checkpoint of a stage the demo's later stages and evaluations read, and the records
+that keep a reused stage honest.
 
 An RL stage hands on its last step or, with its config's ``checkpoint`` "best", its best
-validated step (``DIR:best``, memr1.train.checkpoint). The manager stage is rewarded through
-the Answer Agent's checkpoint, so its folder records which one (``answer_checkpoint``), and
-a run whose config names the other refuses to reuse it rather than evaluating a manager
-trained against another reader.
+validated step (``DIR:best``, memr1.train.checkpoint). Each RL stage's folder records what
+it was trained with, the stages it started from and read included (the manager stage: the
+Answer Agent's settings and which of its checkpoints rewarded it), and each evaluation
+folder what it read; a run whose config differs refuses to reuse the stage, or evaluates
+again, rather than report a policy trained under other settings.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
 from pathlib import Path
 
 from experiments.cpu_demo.seed_tuples import check_built_with, record_build
@@ -33,26 +32,34 @@ def spec(stage: Path, pick: str, field: str) -> str:
     return f"{directory}:best" if pick == "best" else directory
 
 
-def same(read: Sequence[str | None], wanted: Sequence[str | None]) -> bool:
-    """Whether two lists of checkpoint specs name the same checkpoints, links resolved."""
+def check_stage(folder: Path, settings: dict) -> None:
+    """Records the settings a stage's folder is trained with, or checks a reused or resumed
+    folder's record against them (seed_tuples.check_built_with: a ValueError naming each
+    difference, the folder left as it is; a folder without a record is refused too).
 
-    def real(specs):
-        return [None if s is None else os.path.realpath(s) for s in specs]
+    An RL stage's settings hold those of every stage it starts from or reads (run.SeedRun.
+    stage_settings), so a manager stage rewarded through another Answer Agent, or an answer
+    stage started from another warm start, is never reused."""
+    if folder.exists():
+        check_built_with(folder, settings)
+    else:
+        record_build(folder, settings)
 
-    return real(read) == real(wanted)
+
+def built_with(folder: Path, settings: dict) -> bool:
+    """Whether ``folder`` records exactly ``settings`` (an evaluation is run again if not)."""
+    try:
+        check_built_with(folder, settings)
+    except ValueError:
+        return False
+    return True
 
 
-def check_reader(manager_stage: Path, answer_pick: str) -> None:
-    """Records which Answer Agent checkpoint the manager stage is rewarded through, or checks
-    it against the record of a folder being reused (a folder from before the record was
-    trained against the last step, the only choice then).
+def best_record(stage: Path) -> dict | None:
+    """An RL stage's best validated step ({"step", "value", "metric"}), or None."""
+    from memr1.train.checkpoint import Checkpointer
 
-    Raises:
-      ValueError: the folder was trained against the other checkpoint (seed_tuples'
-        message: delete it or run with --fresh).
-    """
-    reader = {"answer_checkpoint": answer_pick}
-    if not (manager_stage / "metadata.json").is_file():
-        legacy = (manager_stage / "checkpoints").is_dir()
-        record_build(manager_stage, {"answer_checkpoint": "last"} if legacy else reader)
-    check_built_with(manager_stage, reader)
+    if not (stage / "checkpoints").is_dir():
+        return None
+    with Checkpointer(stage / "checkpoints") as ckpt:
+        return ckpt.best_record()

@@ -19,10 +19,10 @@
 
 Every stage writes into its own folder of the seed's directory and is skipped when its output is
 already there, so an interrupted demo picks up where it stopped (training resumes from its last
-Orbax checkpoint). The data, tuple, traces, base and sft folders record the settings they were
-built with and are reused only under the same ones (seed_tuples.check_built_with: a ValueError
-otherwise, the folder left as it is); the manager stage records its reader (checkpoints.py).
-Wall time per stage goes to ``timings.json``.
+Orbax checkpoint). Every folder records the settings it was built with, those of the stages
+it starts from or reads included, and is reused or resumed only under the same ones
+(seed_tuples.check_built_with: a ValueError otherwise, the folder left as it is; an evaluation
+is run again instead: checkpoints.py). Wall time per stage goes to ``timings.json``.
 """
 
 from __future__ import annotations
@@ -173,8 +173,13 @@ class SeedRun(SeedTuples):
     def sft_settings(self) -> dict:
         """What a reused (or resumed) SFT folder must have been trained with: the sft section
         and the traces it read, by content."""
-        digest = hashlib.sha256(self.sft_data.read_bytes()).hexdigest()
+        digest = self.tokenizer_settings()["traces_sha256"]
         return {"sft": self.c.sft.to_dict(), "traces_sha256": digest, **self.base_settings()}
+
+    def tokenizer_settings(self) -> dict:
+        """What a reused tokenizer was trained with: its size and the traces it read."""
+        digest = hashlib.sha256(self.sft_data.read_bytes()).hexdigest()
+        return {"vocab_size": self.c.vocab_size, "traces_sha256": digest}
 
     def trace_texts(self) -> list[str]:
         """Prompt and target texts of the written SFT traces."""
@@ -184,11 +189,14 @@ class SeedRun(SeedTuples):
     def make_tokenizer(self) -> None:
         from memr1.models.tokenizer_train import train_bpe_tokenizer
 
+        settings = self.tokenizer_settings()
         if (self.tokenizer / "tokenizer.json").is_file():
+            check_built_with(self.tokenizer, settings)
             return
         texts = [t.text for c in self.conversations("train") for t in c.iter_turns()]
         texts += self.trace_texts()
         train_bpe_tokenizer(texts, self.tokenizer, vocab_size=self.c.vocab_size)
+        record_build(self.tokenizer, settings)
 
     def make_base(self) -> None:
         """The tiny backbone with a vocabulary cut to the tokenizer's, randomly initialised and,
@@ -201,40 +209,37 @@ class SeedRun(SeedTuples):
 
         settings = self.base_settings()
         if (self.base / "config.json").is_file():
-            if settings:
-                check_built_with(self.base, settings)
+            check_built_with(self.base, settings)
             return
         tok = load_tokenizer(self.tokenizer)
         vocab = -(-len(tok) // 128) * 128
         cfg = model_config.get_size("tiny", vocab_size=vocab)
         _, params = transformer.init_model(cfg, seed=self.seed)
         history = None
-        if settings:
+        if "pretrain" in settings:
             params, history = pretrain.pretrain(
                 cfg, params, self.c.pretrain, **sft_data.copy_task(self.c, tok), seed=self.seed,
                 log=lambda line: self.log(f"[seed {self.seed}] {line}"),
             )  # fmt: skip
         export_hf(cfg, params, self.base, tokenizer_dir=self.tokenizer, overwrite=True)
-        if settings:
+        if history is not None:
             (self.base / "pretrain.json").write_text(json.dumps(history, indent=1) + "\n")
-            record_build(self.base, settings)
+        record_build(self.base, settings)
 
     def base_settings(self) -> dict:
-        """What a reused base folder must have been built with: the pretrain section, or
-        nothing when pretraining is off (a random init is a function of the seed alone)."""
+        """What a reused base folder must have been built with: its tokenizer's settings and
+        the pretrain section (none when pretraining is off: a random init is a function of the
+        seed and the vocabulary alone)."""
         p = self.c.pretrain.to_dict()
-        return {"pretrain": p} if p["steps"] > 0 else {}
+        pretrain = {"pretrain": p} if p["steps"] > 0 else {}
+        return {"tokenizer": self.tokenizer_settings(), **pretrain}
 
     def train_sft(self) -> None:
         from memr1.env import load
         from memr1.models import hf_export
         from memr1.train.checkpoint import restore_params
 
-        settings = self.sft_settings()
-        if self.sft.exists():  # reused or resumed: only if trained with these settings
-            check_built_with(self.sft, settings)
-        else:
-            record_build(self.sft, settings)
+        checkpoints.check_stage(self.sft, self.sft_settings())  # reused or resumed: as configured
         overrides = stage_overrides(self.c, self.seed, stage="sft")
         data = sft_data.rehearsed(self.c, self.seed, self.sft_data, self.base, self.sft)
         overrides["train.sft_length"] = sft_data.longest_row(data, self.base)
@@ -251,13 +256,25 @@ class SeedRun(SeedTuples):
     def train_answer(self) -> None:
         overrides = stage_overrides(self.c, self.seed, stage="answer", algo=self.algo)
         arg = f"stage=answer,algo={self.algo},runlocal"
+        checkpoints.check_stage(self.rl_answer, self.stage_settings("answer"))
         self._train(arg, overrides, self.rl_answer, init=self.sft)
 
     def train_manager(self) -> None:
         overrides = stage_overrides(self.c, self.seed, stage="manager", algo=self.algo)
         arg = f"stage=manager,algo={self.algo},runlocal"
-        checkpoints.check_reader(self.rl_manager, self.c.answer.checkpoint)
+        checkpoints.check_stage(self.rl_manager, self.stage_settings("manager"))
         self._train(arg, overrides, self.rl_manager, init=self.sft, answer=self.rl_answer)
+
+    def stage_settings(self, stage: str) -> dict:
+        """What an RL stage ("answer" or "manager") is trained with: its command's config
+        fields and the settings of what it starts from and reads (the warm start, the states;
+        the manager stage: the Answer Agent and which of its checkpoints rewards it)."""
+        command = stage_overrides(self.c, self.seed, stage=stage, algo=self.algo)
+        settings = {"algo": self.algo, "command": command}
+        if stage == "answer":
+            return {**settings, "sft": self.sft_settings(), "states": self.rl_tuple_settings()}
+        answer = {"stage": self.stage_settings("answer"), "checkpoint": self.c.answer.checkpoint}
+        return {**settings, "answer": answer}
 
     def _train(self, arg, overrides, workdir: Path, *, sft_data=None, init=None, answer=None):
         """``python -m memr1.train`` for one stage (it resumes from its own checkpoints).
@@ -280,7 +297,9 @@ class SeedRun(SeedTuples):
         run_module("memr1.train", args, self.log)
 
     def evaluate(self, system: str, split: str) -> dict:
-        """memr1.evaluate.evaluate of one system; its results.json is reused when present.
+        """memr1.evaluate.evaluate of one system. Its folder records what it read (the
+        settings of the stages whose checkpoints it loads, and which checkpoints); its
+        results.json is reused only under the same record, else the system is evaluated again.
 
         Evaluation runs in this process (unlike training): the four systems then share one
         Python start-up and one compilation cache.
@@ -288,22 +307,20 @@ class SeedRun(SeedTuples):
         from memr1.evaluate import evaluate
 
         out = self.root / "eval" / split / system
-        name, manager, answer = TRAINED.get(system, (system, None, None))
-        if manager is not None:
-            manager = self.checkpoint_of(getattr(self, manager))
-            answer = self.checkpoint_of(getattr(self, answer))
-        if (out / "results.json").is_file():
-            done = json.loads((out / "results.json").read_text())
-            # Reused only if it read the checkpoints this config names (a switch of
-            # answer.checkpoint or manager.checkpoint evaluates again).
-            read = (done.get("manager_checkpoint"), done.get("answer_checkpoint"))
-            if checkpoints.same(read, (manager, answer)):
-                return done
+        name, *stages = TRAINED.get(system, (system, None, None))
         overrides = stage_overrides(self.c, self.seed, stage="eval")
+        record = {"system": name, "command": overrides, "sft": self.sft_settings()}
+        for role, stage in zip(("manager", "answer"), stages):
+            if stage is not None and stage != "sft":  # an RL stage: its settings and pick
+                pick = self.c[role].checkpoint
+                record[role] = {"stage": self.stage_settings(role), "checkpoint": pick}
+        if (out / "results.json").is_file() and checkpoints.built_with(out, record):
+            return json.loads((out / "results.json").read_text())
+        manager, answer = (s and self.checkpoint_of(getattr(self, s)) for s in stages)
         overrides["data.path"] = str(self.data / f"{split}.json")
         overrides["data.gold_ops"] = str(self.data / "gold_ops.json")
         config = load_config(f"system={name},dataset=synthloco,runlocal", overrides)
-        return evaluate(
+        results = evaluate(
             config,
             hf_dir=str(self.sft_export),
             manager_ckpt=manager,
@@ -312,6 +329,8 @@ class SeedRun(SeedTuples):
             workdir=str(out),
             overwrite=True,
         )
+        record_build(out, record)
+        return results
 
     def checkpoint_of(self, stage: Path) -> str:
         """The checkpoint of a stage that the later stages and the evaluation read: SFT's
@@ -320,16 +339,6 @@ class SeedRun(SeedTuples):
         if name is None:
             return str(stage / "checkpoints")
         return checkpoints.spec(stage, self.c[name].checkpoint, f"config.{name}.checkpoint")
-
-    @staticmethod
-    def best_record(workdir: Path) -> dict | None:
-        """A stage's best validated step ({"step", "value", "metric"}), or None."""
-        from memr1.train.checkpoint import Checkpointer
-
-        if not (workdir / "checkpoints").is_dir():
-            return None
-        with Checkpointer(workdir / "checkpoints") as ckpt:
-            return ckpt.best_record()
 
     # -- all of it -----------------------------------------------------------------------------
 
@@ -361,8 +370,8 @@ class SeedRun(SeedTuples):
             "trace_manager_mix": self.trace_mix,
             "results": results,
             "validation": {
-                "answer": self.best_record(self.rl_answer),
-                "manager": self.best_record(self.rl_manager),
+                "answer": checkpoints.best_record(self.rl_answer),
+                "manager": checkpoints.best_record(self.rl_manager),
             },
         }
         (self.root / "timings.json").write_text(json.dumps(self.timings, indent=1) + "\n")

@@ -108,18 +108,24 @@ class SeedTuples:
 
         return [t for folder in self.bank_dirs("answer") for t in read_tuples(folder, "answer")]
 
+    def rl_tuple_settings(self) -> dict:
+        """What the RL stages' states are built with (make_rl_tuples)."""
+        a = self.c.answer
+        return {
+            "renamed_copies": a.renamed_copies,
+            "oversample_kinds": list(a.oversample_kinds),
+            "oversample_copies": a.oversample_copies,
+            "banks": self.c.banks.to_dict(),
+            **self.bank_settings(),
+        }
+
     def make_rl_tuples(self) -> None:
         """Both RL stages' states: the answer tuples plus renamed copies of them, and the
         manager tuples on the banks of ``config.banks.manager``."""
         from memr1.tuples import read_tuples, write_tuples
 
         a = self.c.answer
-        settings = {
-            "renamed_copies": a.renamed_copies,
-            "oversample_kinds": list(a.oversample_kinds),
-            "oversample_copies": a.oversample_copies,
-            **self.bank_settings(),
-        }
+        settings = self.rl_tuple_settings()
         if (self.rl_tuples / "metadata.json").is_file():
             check_built_with(self.rl_tuples, settings)
             return

@@ -195,8 +195,9 @@ def test_rl_tuples_built_with_other_settings_are_not_reused(tmp_path):
 
     run = SeedRun(get_config(), 0, tmp_path, algo="grpo", log=print)
     run.rl_tuples.mkdir()
-    built = {"renamed_copies": 3, "oversample_copies": 2, **run.bank_settings()}
-    built["oversample_kinds"] = list(get_config().answer.oversample_kinds)
+    built = run.rl_tuple_settings()
+    assert built["renamed_copies"] == 3 and built["oversample_copies"] == 2
+    built = json.loads(json.dumps(built))  # as recorded
     meta = run.rl_tuples / "metadata.json"
     meta.write_text(json.dumps({"build": built}))
     run.make_rl_tuples()  # the same settings: reused as it is
@@ -322,51 +323,77 @@ def test_each_rl_stage_names_the_checkpoint_that_later_stages_read(tmp_path):
         bad.checkpoint_of(bad.rl_manager)
 
 
-def test_an_evaluation_is_reused_only_if_it_read_the_checkpoints_the_config_names(
-    tmp_path, monkeypatch
-):
+def _with_traces(run):
+    run.sft_data.parent.mkdir(parents=True, exist_ok=True)
+    run.sft_data.write_text('{"messages": [], "target": "x"}\n')
+    return run
+
+
+def test_an_evaluation_is_reused_only_if_it_read_what_the_config_names(tmp_path, monkeypatch):
     import json
 
     import memr1.evaluate
 
     calls = []
-    monkeypatch.setattr(
-        memr1.evaluate, "evaluate", lambda config, **kw: calls.append(kw) or {"fresh": True}
-    )
-    # The seed folder reached through a link: the recorded paths are the real ones.
-    real = tmp_path / "real"
-    real.mkdir()
-    (tmp_path / "link").symlink_to(real)
-    run = _run_with(tmp_path / "link")
+
+    def fake_evaluate(config, **kw):
+        calls.append(kw)
+        results = {"fresh": len(calls)}
+        (Path(kw["workdir"]) / "results.json").parent.mkdir(parents=True, exist_ok=True)
+        (Path(kw["workdir"]) / "results.json").write_text(json.dumps(results))
+        return results
+
+    monkeypatch.setattr(memr1.evaluate, "evaluate", fake_evaluate)
+    run = _with_traces(_run_with(tmp_path))
+    assert run.evaluate("memory_r1", "validation") == {"fresh": 1}
+    assert run.evaluate("memory_r1", "validation") == {"fresh": 1}  # reused
+    assert run.evaluate("locomo_rag", "validation") == {"fresh": 2}
     out = run.root / "eval" / "validation" / "memory_r1"
-    out.mkdir(parents=True)
-    done = {
-        "manager_checkpoint": str(real / "manager_grpo" / "checkpoints"),
-        "answer_checkpoint": str(real / "answer_grpo" / "checkpoints"),
-    }
-    (out / "results.json").write_text(json.dumps(done))
-    assert run.evaluate("memory_r1", "validation") == done and not calls
-    best = _run_with(tmp_path / "link", answer="best")
-    assert best.evaluate("memory_r1", "validation") == {"fresh": True}
-    assert calls[0]["answer_ckpt"].endswith("answer_grpo/checkpoints:best")
-    assert calls[0]["manager_ckpt"] == str(best.rl_manager / "checkpoints")
+    record = json.loads((out / "metadata.json").read_text())["build"]
+    assert record["answer"]["checkpoint"] == "last" and record["system"] == "memory_r1"
+    best = _run_with(tmp_path, answer="best")  # another Answer Agent checkpoint: evaluated again
+    assert best.evaluate("memory_r1", "validation") == {"fresh": 3}
+    assert calls[-1]["answer_ckpt"].endswith("answer_grpo/checkpoints:best")
+    assert calls[-1]["manager_ckpt"] == str(best.rl_manager / "checkpoints")
+    slower = _run_with(tmp_path, answer="best")
+    with slower.c.unlocked():
+        slower.c.answer.lr = 1e-4  # another answer stage: memory_r1 read it, locomo_rag did not
+    assert slower.evaluate("memory_r1", "validation") == {"fresh": 4}
+    assert slower.evaluate("locomo_rag", "validation") == {"fresh": 2}
 
 
-def test_a_manager_stage_is_reused_only_with_the_reader_it_was_rewarded_through(tmp_path):
+def test_an_rl_stage_is_reused_only_as_configured(tmp_path):
     import json
 
-    from experiments.cpu_demo.checkpoints import check_reader
+    trained = []
 
-    fresh, legacy = tmp_path / "fresh", tmp_path / "legacy"
-    check_reader(fresh, "best")  # a new stage: its reader is recorded
-    assert json.loads((fresh / "metadata.json").read_text()) == {
-        "build": {"answer_checkpoint": "best"}
-    }
-    check_reader(fresh, "best")
-    with pytest.raises(ValueError, match=r"answer_checkpoint: built 'best', config 'last'"):
-        check_reader(fresh, "last")
-    # A stage trained before the reader was recorded read the Answer Agent's last step.
-    (legacy / "checkpoints").mkdir(parents=True)
-    with pytest.raises(ValueError, match=r"legacy was built with .*built 'last', config 'best'"):
-        check_reader(legacy, "best")
-    check_reader(legacy, "last")
+    def run_of(**changes):
+        run = _with_traces(_run_with(tmp_path, answer=changes.pop("pick", "last")))
+        with run.c.unlocked():
+            run.c.answer.update(changes)
+        run._train = lambda arg, overrides, workdir, **kw: trained.append(workdir.name)
+        return run
+
+    run = run_of()
+    run.train_answer()  # new folders: their settings recorded
+    run.train_manager()
+    run_of().train_manager()  # the same settings: resumed or reused
+    assert trained == ["answer_grpo", "manager_grpo", "manager_grpo"]
+    record = json.loads((run.rl_manager / "metadata.json").read_text())["build"]
+    assert record["answer"]["stage"]["command"]["train.lr"] == 3e-4
+    faster = run_of(lr=1e-3)
+    with pytest.raises(ValueError, match=r"answer_grpo was built .*train.lr: built 0.0003"):
+        faster.train_answer()
+    with pytest.raises(ValueError, match=r"manager_grpo was built .*lr: built 0.0003"):
+        faster.train_manager()  # rewarded through another Answer Agent
+    with pytest.raises(ValueError, match=r"answer.checkpoint: built 'last', config 'best'"):
+        run_of(pick="best").train_manager()
+    run.sft_data.write_text('{"messages": [], "target": "y"}\n')  # another warm start
+    with pytest.raises(ValueError, match=r"answer_grpo was built .*sft.traces_sha256"):
+        run.train_answer()
+    assert len(trained) == 3  # nothing trained on a refused folder
+    # A folder from before the settings were recorded (the reader alone) is refused too.
+    legacy = run_of()
+    (legacy.rl_manager / "metadata.json").write_text('{"build": {"answer_checkpoint": "last"}}')
+    with pytest.raises(ValueError, match=r"manager_grpo was built .*algo: built '\(none\)'"):
+        legacy.train_manager()

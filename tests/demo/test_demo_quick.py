@@ -134,8 +134,14 @@ def test_quick_demo_writes_every_output(tmp_path, capsys):
     # The op-sampling probe and the warm-start tool on this run's SFT manager.
     check_op_probe_on(seed, capsys)
 
-    # A second run resumes: every stage finds its output and nothing is trained again.
+    # A second run resumes: every stage finds its output, its record equal to what the config
+    # asks (the RL stages' and each evaluation's: run.SeedRun.stage_settings), and nothing is
+    # trained or evaluated again.
+    record = json.loads((seed / "manager_grpo" / "metadata.json").read_text())["build"]
+    assert record["answer"]["checkpoint"] == "last" and record["algo"] == "grpo"
+    evaluated = (seed / "eval" / "test" / "memory_r1" / "results.json").stat().st_mtime_ns
     assert main(["--quick", "--workdir", str(workdir)]) == 0
     again = json.loads((seed / "summary.json").read_text())
     assert again["results"]["memory_r1"]["scores"] == summary["results"]["memory_r1"]["scores"]
+    assert (seed / "eval" / "test" / "memory_r1" / "results.json").stat().st_mtime_ns == evaluated
     assert again["timings_s"]["total"] < summary["timings_s"]["total"]

@@ -239,11 +239,19 @@ def test_the_demo_base_is_copy_pretrained_and_refuses_other_settings(tmp_path):
     with pytest.raises(ValueError, match=r"pretrain.lr: built 0.001, config 0.003"):
         SeedRun(other, 0, tmp_path, algo="grpo", log=print).make_base()
     assert sorted(p.name for p in run.base.iterdir()) == weights  # left as it was
+    larger = get_config("quick")
+    with larger.unlocked():
+        larger.vocab_size = 1024  # another tokenizer: it and the base trained on it are refused
+    bigger = SeedRun(larger, 0, tmp_path, algo="grpo", log=print)
+    for stage in (bigger.make_tokenizer, bigger.make_base):
+        with pytest.raises(ValueError, match=r"vocab_size: built 512, config 1024"):
+            stage()
     off = get_config("quick")
     with off.unlocked():
-        off.pretrain.steps = 0  # no pretraining: a random base, which records nothing
+        off.pretrain.steps = 0  # no pretraining: a random base, which records its tokenizer
     plain = SeedRun(off, 0, tmp_path, algo="grpo", log=print)
-    assert plain.base_settings() == {} and "pretrain" not in plain.sft_settings()
+    assert plain.base_settings() == {"tokenizer": run.tokenizer_settings()}
+    assert "pretrain" not in plain.sft_settings()
     with pytest.raises(ValueError, match=r"sft.rehearsal_rows 8: copy pretraining is off"):
         sft_data.rehearsed(off, 0, run.sft_data, run.base, run.sft)
 
