@@ -11,10 +11,12 @@ Per seed (see experiments/cpu_demo/run.py): a synthloco benchmark, a BPE tokeniz
 warm-started by SFT on the traces of two imperfect rule-based teachers, RL of the Answer Agent
 and then of the Memory Manager (rewarded through the frozen Answer Agent) with exact match as the
 only reward, and the four systems evaluated on the held-out test conversations. Then
-WORKDIR/results.md and WORKDIR/plots/*.png. An interrupted run resumes where it stopped; pass
---fresh to start the seeds over. ``--split validation`` evaluates on the validation split, on
-which the demo's sizes were chosen. ``--config FILE[:ARG]`` reads the demo's sizes from a config
-file (default: experiments/cpu_demo/config.py, see its docstring); ``--quick`` is its quick variant.
+WORKDIR/results.md and WORKDIR/plots/*.png. An interrupted run resumes where it stopped; a
+folder built under other settings than the config's is refused, naming them (an evaluation is
+run again); pass --fresh to start the seeds over. ``--split validation`` evaluates on the
+validation split, on which the demo's sizes were chosen. ``--config FILE[:ARG]`` reads the demo's
+sizes from a config file (default: experiments/cpu_demo/config.py, see its docstring);
+``--quick`` is its quick variant.
 """
 
 from __future__ import annotations
