@@ -239,19 +239,21 @@ class SeedRun(SeedTuples):
         from memr1.models import hf_export
         from memr1.train.checkpoint import restore_params
 
-        checkpoints.check_stage(self.sft, self.sft_settings())  # reused or resumed: as configured
+        settings = self.sft_settings()
+        checkpoints.check_stage(self.sft, settings)  # reused or resumed: as configured
         overrides = stage_overrides(self.c, self.seed, stage="sft")
         data = sft_data.rehearsed(self.c, self.seed, self.sft_data, self.base, self.sft)
         overrides["train.sft_length"] = sft_data.longest_row(data, self.base)
         self._train("stage=answer,algo=sft,runlocal", overrides, self.sft, sft_data=data)
-        if not (self.sft_export / "config.json").is_file():
+        if not checkpoints.built_with(self.sft_export, settings):
             # The warm start as a plain HF checkpoint: the "base model" the prompted baselines
-            # (LoCoMo-RAG, Mem0) run on.
+            # (LoCoMo-RAG, Mem0) run on; exported again after SFT under other settings.
             backbone = load.load_backbone(hf_dir=str(self.base))
             params = restore_params(self.sft / "checkpoints", backbone.params)
             hf_export.export_hf(
                 backbone.cfg, params, self.sft_export, tokenizer_dir=self.base, overwrite=True
             )
+            record_build(self.sft_export, settings)
 
     def train_answer(self) -> None:
         overrides = stage_overrides(self.c, self.seed, stage="answer", algo=self.algo)

@@ -397,3 +397,41 @@ def test_an_rl_stage_is_reused_only_as_configured(tmp_path):
     (legacy.rl_manager / "metadata.json").write_text('{"build": {"answer_checkpoint": "last"}}')
     with pytest.raises(ValueError, match=r"manager_grpo was built .*algo: built '\(none\)'"):
         legacy.train_manager()
+
+
+def test_the_warm_start_export_follows_its_sft(tmp_path, monkeypatch):
+    import shutil
+    from types import SimpleNamespace
+
+    import memr1.env.load
+    import memr1.models.hf_export
+    import memr1.train.checkpoint
+    from experiments.cpu_demo import sft_data
+
+    exported = []
+
+    def fake_export(cfg, params, out, **kw):
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.json").write_text("{}")
+        exported.append(out)
+
+    monkeypatch.setattr(sft_data, "rehearsed", lambda *a: tmp_path / "data.jsonl")
+    monkeypatch.setattr(sft_data, "longest_row", lambda *a: 64)
+    backbone = SimpleNamespace(cfg=None, params=None)
+    monkeypatch.setattr(memr1.env.load, "load_backbone", lambda **kw: backbone)
+    monkeypatch.setattr(memr1.train.checkpoint, "restore_params", lambda *a: None)
+    monkeypatch.setattr(memr1.models.hf_export, "export_hf", fake_export)
+
+    def run_of(steps):
+        run = _with_traces(_run_with(tmp_path))
+        with run.c.unlocked():
+            run.c.sft.steps = steps
+        run._train = lambda *a, **kw: None
+        return run
+
+    run_of(3000).train_sft()
+    run_of(3000).train_sft()  # the same warm start: its export reused
+    assert len(exported) == 1
+    shutil.rmtree(tmp_path / "sft")  # the warm start retrained under other settings
+    run_of(1400).train_sft()
+    assert len(exported) == 2  # the baselines' export follows it
