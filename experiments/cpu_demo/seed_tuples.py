@@ -80,27 +80,25 @@ class SeedTuples:
         return {"memory": {k: m[k] for k in keys}}
 
     def make_tuples(self) -> None:
-        from memr1.tuples import write_tuples
-
-        if (self.tuples / "metadata.json").is_file():
-            check_built_with(self.tuples, self.bank_settings())
-            return
-        built = self.teacher_tuples("train")
-        meta = {"teacher": MemZeroLikeTeacher.name, "window": -1, "counts": built.counts}
-        meta.update(self.bank_settings())
-        write_tuples(self.tuples, built.manager, built.answer, meta, overwrite=True)
+        """The train split's tuples on banks built by the Mem0-like manager teacher."""
+        self._train_tuples(self.tuples, MemZeroLikeTeacher(self.seed), MemZeroLikeTeacher.name)
 
     def make_careful_tuples(self) -> None:
         """The train split's tuples on banks built by the careful manager (teacher.CAREFUL)."""
+        careful = MemZeroLikeTeacher(self.seed, CAREFUL)
+        self._train_tuples(self.careful_tuples, careful, "careful-rules")
+
+    def _train_tuples(self, folder: Path, teacher: MemZeroLikeTeacher, name: str) -> None:
+        """The train split's tuples on ``teacher``'s banks into ``folder``, recording the
+        retrieval they show; a folder already there is reused only under the same one."""
         from memr1.tuples import write_tuples
 
-        if (self.careful_tuples / "metadata.json").is_file():
-            check_built_with(self.careful_tuples, self.bank_settings())
+        if (folder / "metadata.json").is_file():
+            check_built_with(folder, self.bank_settings())
             return
-        built = self.teacher_tuples("train", MemZeroLikeTeacher(self.seed, CAREFUL))
-        meta = {"teacher": "careful-rules", "window": -1, "counts": built.counts}
-        meta.update(self.bank_settings())
-        write_tuples(self.careful_tuples, built.manager, built.answer, meta, overwrite=True)
+        built = self.teacher_tuples("train", teacher)
+        meta = {"teacher": name, "window": -1, "counts": built.counts, **self.bank_settings()}
+        write_tuples(folder, built.manager, built.answer, meta, overwrite=True)
 
     def answer_tuples(self) -> list:
         """The answer tuples of every folder of ``config.banks.answer``, in order."""
