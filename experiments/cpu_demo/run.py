@@ -316,8 +316,10 @@ class SeedRun(SeedTuples):
             if stage is not None and stage != "sft":  # an RL stage: its settings and pick
                 pick = self.c[role].checkpoint
                 record[role] = {"stage": self.stage_settings(role), "checkpoint": pick}
-        if (out / "results.json").is_file() and checkpoints.built_with(out, record):
-            return json.loads((out / "results.json").read_text())
+        if (out / "results.json").is_file():
+            if checkpoints.built_with(out, record):
+                return json.loads((out / "results.json").read_text())
+            self.log(f"[seed {self.seed}] {out}: read other stages or settings; evaluating again")
         manager, answer = (s and self.checkpoint_of(getattr(self, s)) for s in stages)
         overrides["data.path"] = str(self.data / f"{split}.json")
         overrides["data.gold_ops"] = str(self.data / "gold_ops.json")
