@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from experiments.cpu_demo import answer_errors as ae
 from memr1.atomic import write_json_atomic
+from memr1.torchless import without_torch
 
 
 def parse_args(argv):
@@ -78,4 +79,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    without_torch()
     sys.exit(main())
