@@ -75,7 +75,7 @@ def test_the_full_demo_stages_run_with_these_flags():
         "--config.train.batch_size=4",
         "--config.train.lr=0.0002",
         "--config.train.checkpoint_every=60",
-        "--config.train.eval_every=5",
+        "--config.train.eval_every=10",
         # Every turn with a linked question; its reward reads the questions answerable at its
         # turn and those about the memories shown to the manager.
         "--config.train.min_overlap=0.0",
