@@ -1,10 +1,10 @@
 """Where an Answer Agent's misses are: each evaluated answer classed against a careful reader.
 
-The careful reader is the rule reader of the reward probe (`answer_teacher.RuleReader`: the
-asked person's newest related memory, no hedging) on the memories the evaluated agent was shown
-(an evaluation's predictions.jsonl keeps them per question). A question the careful reader gets
-right from those memories is *readable*: missing it is the Answer Agent's fault, not the bank's
-or the retrieval's. Each answer is one of
+The careful reader is the rule reader of the reward probe (`answer_teacher.careful_reader`:
+the asked person's newest related memory, no hedging), on the memories the evaluated agent was
+shown (an evaluation's predictions.jsonl keeps them per question). A question the careful
+reader gets right from those memories is *readable*: missing it is the Answer Agent's fault,
+not the bank's or the retrieval's. Each answer is one of
 
   right       exact match with the gold answer;
   beyond      missed, and the careful reader misses it too (the bank or the retrieval lacks it);
@@ -26,7 +26,7 @@ import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from experiments.cpu_demo.answer_teacher import CarelessAnswerTeacher
+from experiments.cpu_demo.answer_teacher import careful_reader
 from experiments.cpu_demo.sentences import parse_question
 from memr1.eval.metrics import exact_match
 
@@ -53,7 +53,7 @@ class Classifier:
     """``classify(row) -> class``, for the rows of an evaluation's predictions.jsonl."""
 
     def __init__(self):
-        self.reader = CarelessAnswerTeacher(stale_bias=0.0, newest=True)
+        self.reader = careful_reader()
 
     def readable(self, question: str, retrieved: Mapping[str, Iterable[Mapping]], gold) -> bool:
         """Whether the careful reader answers ``question`` right from ``retrieved`` (speaker ->

@@ -252,6 +252,12 @@ class CarelessAnswerTeacher:
         return format_answer_output(lines if distill else [], answer)
 
 
+def careful_reader() -> CarelessAnswerTeacher:
+    """The careful reader: the teacher with every flaw off (the asked person's newest related
+    memory, no hedging), as the reward probe's `RuleReader` and `answer_errors` read."""
+    return CarelessAnswerTeacher(stale_bias=0.0, newest=True)
+
+
 class RuleReader:
     """A frozen Answer Agent made of rules, with a policy's ``complete``: it reads the chat the
     Answer Agent gets (``parse_answer_input``) and answers as the careful reader (the teacher
@@ -264,7 +270,7 @@ class RuleReader:
     def __init__(self, style: str = "compact", batch_size: int = 64):
         self.style = check_style(style)
         self.batch_size = batch_size
-        self.teacher = CarelessAnswerTeacher(stale_bias=0.0, newest=True)
+        self.teacher = careful_reader()
 
     def complete(self, conversations, sampling=None, *, key=None, num_samples: int = 1):
         """One reply per chat (``num_samples`` copies of it: the reader is deterministic)."""
