@@ -131,6 +131,19 @@ def test_quick_demo_writes_every_output(tmp_path, capsys):
             assert set(group["reward"]) == {"clean", "add", "delete_add", "overwrite", "none"}
             assert all(0.0 <= r <= 1.0 for r in group["reward"].values())
 
+    # The answer-error classes (tools/answer_errors.py) on this run's own test predictions:
+    # every answer in one class, and "right" exactly the answers the evaluation scored 1.
+    errors_out = tmp_path / "answer_errors.json"
+    argv = [str(seed), "--split", "test", "--out", str(errors_out)]
+    assert load_tool("answer_errors").main(argv) == 0
+    for system, t in json.loads(errors_out.read_text())["systems"].items():
+        predictions = seed / "eval" / "test" / system / "predictions.jsonl"
+        rows = [json.loads(line) for line in open(predictions, encoding="utf-8")]
+        assert t["n"] == len(rows) == sum(t["classes"].values()) > 0, system
+        assert t["classes"]["right"] == sum(r["em"] >= 1.0 for r in rows), system
+        misses = sum(t["classes"][c] for c in ("hedged", "empty", "wrong"))
+        assert sum(t["misses_by_group"].values()) == misses, system
+
     # The op-sampling probe and the warm-start tool on this run's SFT manager.
     check_op_probe_on(seed, capsys)
 
