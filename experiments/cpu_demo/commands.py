@@ -64,6 +64,8 @@ def stage_overrides(
         # The rollout pads its prompts to the sampler's batch: B prompts, G samples each.
         o["agents.batch_size"] = c.answer.batch_size
         o["train.rollout_batch_size"] = c.answer.batch_size
+        if c.answer.oversample != 1:  # off: no flag, so the records of earlier runs still match
+            o["train.oversample"] = c.answer.oversample
     elif stage == "manager":
         schedule(c.manager)
         o["train.eval_every"] = c.manager.eval_every

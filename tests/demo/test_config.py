@@ -89,6 +89,11 @@ def test_the_full_demo_stages_run_with_these_flags():
     ppo = _shared(8, kl_beta=0.1) + manager + ["--config.train.critic_lr=0.002"]
     assert _flags("manager", "ppo") == ppo
     assert _flags("eval", None) == _shared(8) + ["--config.train.warmup_steps=5"]
+    # Dynamic sampling in the answer stage, off by default (config.answer.oversample).
+    config = get_config()
+    with config.unlocked():
+        config.answer.oversample = 2
+    assert stage_overrides(config, 0, stage="answer")["train.oversample"] == 2
     with pytest.raises(ValueError, match="unknown stage 'copy'"):
         stage_overrides(get_config(), 0, stage="copy")
 
@@ -150,7 +155,7 @@ def test_quick_shrinks_the_world_and_the_stages_only():
 def test_the_config_is_locked_and_its_arg_checked():
     config = get_config()
     with pytest.raises(AttributeError):
-        config.answer.oversample = 2
+        config.answer.new_field = 2
     with pytest.raises(ValueError, match="unknown config arg key 'fast'"):
         get_config("fast")
 
