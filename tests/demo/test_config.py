@@ -72,7 +72,7 @@ def test_the_full_demo_stages_run_with_these_flags():
     manager = [
         "--config.train.warmup_steps=5",
         "--config.train.steps=60",
-        "--config.train.batch_size=4",
+        "--config.train.batch_size=8",
         "--config.train.lr=0.0002",
         "--config.train.checkpoint_every=60",
         "--config.train.eval_every=10",
