@@ -131,44 +131,62 @@ def answer_over_banks(
     (each bank's own), prompts, sampling and token budget. Questions are answered in batches of
     `answerer.batch_size`; batch j samples with `fold_in(key, first index of j)`.
 
+    Under greedy decoding (temperature 0) a reply is a function of its prompt, so a prompt that
+    recurs (the same question over banks whose retrieved memories coincide: most of the G
+    candidate banks of a manager-stage state differ in a memory no question retrieves) is
+    answered once and its reply given to every question that has it; the batches then run over
+    the distinct prompts, in order of first appearance. `stats` counts them ("answers",
+    "distinct_prompts"). A sampled reply stays one draw per question.
+
     Returns:
       (the retrieved hits per question, the reply per question).
     """
     stats = stats or StageStats()
-    hits_out: list[dict[str, list[Hit]]] = []
-    replies: list[Reply] = []
     step = answerer.batch_size
+    hits_out: list[dict[str, list[Hit]]] = []
     for start in range(0, len(questions), step):
         chunk_q, chunk_b = questions[start : start + step], banks[start : start + step]
         with stats.time("retrieval", items=len(chunk_q)):
-            hits = retrieve(chunk_q, chunk_b, embed, cfg.k_per_speaker)
+            hits_out.extend(retrieve(chunk_q, chunk_b, embed, cfg.k_per_speaker))
+    shown = [
+        (question, tuple((name, tuple((h.when, h.text) for h in hs)) for name, hs in per.items()))
+        for question, per in zip(questions, hits_out)
+    ]
+    if cfg.sampling.temperature == 0:
+        first = list(dict.fromkeys(shown))
+        slot = {prompt: i for i, prompt in enumerate(first)}
+        of_question = [slot[prompt] for prompt in shown]
+    else:
+        first, of_question = shown, list(range(len(shown)))
+    stats.count("answers", "distinct_prompts", len(first))
+    users = np.bincount(np.asarray(of_question, np.int64), minlength=len(first))
+    samples = []
+    for start in range(0, len(first), step):
         chats = [
-            answer_prompt(
-                question,
-                {name: [(h.when, h.text) for h in hs] for name, hs in per_speaker.items()},
-                distill=cfg.distill,
-                style=cfg.style,
-            )
-            for question, per_speaker in zip(chunk_q, hits)
-        ]
+            answer_prompt(question, {name: list(memories) for name, memories in per},
+                          distill=cfg.distill, style=cfg.style)
+            for question, per in first[start : start + step]
+        ]  # fmt: skip
         with stats.time("answer", items=len(chats)):
             outputs = answerer.complete(chats, cfg.sampling, key=jax.random.fold_in(key, start))
-        for (sample,) in outputs:
-            stats.add_tokens("answer", len(sample.ids))
-            answer, fallback = extract_final_answer(sample.text)
-            cut = fallback and not sample.finished
-            if fallback:
-                stats.count("answers", "no_marker_fallback")
-            if cut:
-                stats.count("answers", "cut_before_answer")
-            if sample.prompt_truncated:
-                stats.count("answers", "prompt_cut")
-            replies.append(
-                Reply(sample.text, answer, fallback, cut, len(sample.ids), sample.prompt_truncated)
-            )
-        hits_out.extend(hits)
+        samples.extend(sample for (sample,) in outputs)
+        stats.add_tokens("answer", sum(len(sample.ids) for (sample,) in outputs))
         if progress is not None:
-            progress(len(chunk_q))
+            progress(int(users[start : start + step].sum()))
+    replies = []
+    for i in of_question:
+        sample = samples[i]
+        answer, fallback = extract_final_answer(sample.text)
+        cut = fallback and not sample.finished
+        if fallback:
+            stats.count("answers", "no_marker_fallback")
+        if cut:
+            stats.count("answers", "cut_before_answer")
+        if sample.prompt_truncated:
+            stats.count("answers", "prompt_cut")
+        replies.append(
+            Reply(sample.text, answer, fallback, cut, len(sample.ids), sample.prompt_truncated)
+        )
     return hits_out, replies
 
 

@@ -22,6 +22,7 @@ from memr1.env.answer import AnswerConfig, answer_over_banks
 from memr1.env.manager_io import NOOP, ManagerOp, parse_manager_output
 from memr1.env.memory_store import BankSpec, BankView, EmbedFn, host_arrays
 from memr1.env.policy import TextPolicy
+from memr1.env.stats import StageStats
 from memr1.eval.metrics import exact_match
 
 _KINDS = {"NOOP": mem.NOOP, "ADD": mem.ADD, "UPDATE": mem.UPDATE, "DELETE": mem.DELETE}
@@ -180,7 +181,9 @@ def manager_rewards(
     Stats: `malformed_frac` (share of the B·G replies that are malformed), `answerer_cut_frac`
     (share of the answerer's replies cut by its token budget before **Answer:**, which score 0
     whatever the bank), `answerer_no_marker_frac` and `answerer_prompt_cut_frac` (share of its
-    prompts that dropped their lowest-ranked memories to fit agents.max_prompt_tokens).
+    prompts that dropped their lowest-ranked memories to fit agents.max_prompt_tokens) and
+    `answerer_distinct_frac` (share of its prompts it had to answer: under greedy decoding a
+    prompt that recurs over the G candidate banks is answered once, `answer_over_banks`).
     """
     sizes = {len(group) for group in outputs}
     if len(states) != len(outputs) or len(sizes) > 1:
@@ -202,9 +205,11 @@ def manager_rewards(
                 where.append((b, g))
     sums = np.zeros((len(states), g_size), np.float64)
     counts = np.zeros((len(states), g_size), np.float64)
+    answering = StageStats()
     _, replies = answer_over_banks(
-        questions, banks, embed=env.embed, answerer=env.answerer, cfg=env.answer, key=key
-    )
+        questions, banks, embed=env.embed, answerer=env.answerer, cfg=env.answer, key=key,
+        stats=answering,
+    )  # fmt: skip
     for (b, g), reply, gold in zip(where, replies, golds):
         sums[b, g] += exact_match(reply.answer, gold)
         counts[b, g] += 1
@@ -219,6 +224,7 @@ def manager_rewards(
         "answerer_cut_frac": sum(r.cut for r in replies) / n_replies,
         "answerer_no_marker_frac": sum(r.used_fallback for r in replies) / n_replies,
         "answerer_prompt_cut_frac": sum(r.prompt_cut for r in replies) / n_replies,
+        "answerer_distinct_frac": answering.counters["answers"]["distinct_prompts"] / n_replies,
     }
     return Rewards(rewards, parsed_all, stats)
 

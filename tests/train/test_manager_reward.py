@@ -207,7 +207,52 @@ def test_replies_cut_before_the_answer_and_malformed_replies_are_counted():
         "answerer_cut_frac": 0.0,
         "answerer_no_marker_frac": 0.0,
         "answerer_prompt_cut_frac": 0.0,
+        "answerer_distinct_frac": 1.0,
     }
+
+
+# Candidates whose banks differ only in a memory the question does not retrieve at one memory
+# a speaker: the answerer reads the same prompt over each.
+UNSEEN = [
+    '{"memory": []}',
+    '{"memory": [{"id": "3", "text": "Andrew enjoys jazz records", "event": "ADD"}]}',
+    '{"memory": [{"id": "3", "text": "Andrew enjoys jazz records", "event": "ADD"}]}',
+    OUTPUTS[0],
+]
+
+
+@pytest.mark.parametrize("k_per_speaker, distinct", [(1, 2), (5, 3)])
+def test_a_recurring_prompt_is_answered_once_under_greedy_decoding(k_per_speaker, distinct):
+    """Greedy replies are a function of the prompt: each distinct prompt is answered once and
+    every question that has it gets that reply, so the rewards are those of answering each."""
+    greedy, sampled = RuleAnswerer(), RuleAnswerer()
+    once = mr.manager_rewards(
+        [STATE], [UNSEEN], env(greedy, k_per_speaker=k_per_speaker), key=jax.random.key(0)
+    )
+    hot = SamplingConfig(temperature=1.0, max_new_tokens=77)
+    each = mr.manager_rewards(
+        [STATE], [UNSEEN], env(sampled, k_per_speaker=k_per_speaker, sampling=hot),
+        key=jax.random.key(0),
+    )  # fmt: skip
+    np.testing.assert_array_equal(once.rewards, each.rewards)
+    assert len(greedy.prompts) == distinct and len(set(greedy.prompts)) == distinct
+    assert once.stats["answerer_distinct_frac"] == distinct / 4
+    # A sampled reply stays one draw per question.
+    assert len(sampled.prompts) == 4 and each.stats["answerer_distinct_frac"] == 1.0
+
+
+def test_answering_reports_progress_per_question_when_prompts_recur():
+    from memr1.env.answer import answer_over_banks
+
+    views, _ = mr.candidate_banks(STATE, UNSEEN, env(None, k_per_speaker=1))
+    done = []
+    answerer = RuleAnswerer()
+    _, replies = answer_over_banks(
+        [STATE.qa[0][0]] * 4, views, embed=bag_of_words, answerer=answerer,
+        cfg=env(answerer, k_per_speaker=1).answer, key=jax.random.key(0), progress=done.append,
+    )  # fmt: skip
+    assert sum(done) == len(replies) == 4 and len(answerer.prompts) == 2
+    assert replies[0] == replies[1] == replies[2] and replies[3].answer == "Toby and Buddy"
 
 
 def test_a_candidate_that_overflows_a_raising_bank_is_an_error():
