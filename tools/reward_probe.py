@@ -7,6 +7,7 @@ experiments/cpu_demo/reward_probe.py.
   python tools/reward_probe.py work/demo/seed-0 --step best      # the stage's best validated step
   python tools/reward_probe.py work/demo/seed-0 --max_states 100 --out probe.json
   python tools/reward_probe.py work/q/seed-0 --config experiments/cpu_demo/config.py:quick
+  python tools/reward_probe.py work/demo/seed-0 --spread sft     # which sampled groups it ranks
 
 On the manager stage's own states (train turns with linked questions, read as the seed's
 config has the stage read them: pass the run's --config), rewards five fixed behaviours (clean /
@@ -17,6 +18,13 @@ Through the careful rule reader (person-aware, newest memory, no hedging;
 experiments.cpu_demo.answer_teacher.RuleReader) it shows what the banks themselves would reward
 with a reader that reads well. docs/demo.md has its tables for the demo's seeds. Prints a table
 and writes JSON (--out; default SEED_DIR/reward_probe_<answer>.json).
+
+With --spread MANAGER (the warm start "sft" or the RL stage's "rl") it samples G replies per
+state from that manager at the stage's rollout settings instead, rewards each group through the
+Answer Agent and through the careful rule reader, and prints the share of the groups each ranks
+(a reward spread, the groups GRPO learns from), those only the rule reader ranks (the banks
+decide them, the Answer Agent does not read it) and those no reader could rank (no linked
+question reads a different prompt). JSON: SEED_DIR/reward_spread_<manager>_<answer>.json.
 """
 
 from __future__ import annotations
@@ -31,13 +39,24 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from experiments.cpu_demo.__main__ import read_config
 from experiments.cpu_demo.answer_teacher import RuleReader
-from experiments.cpu_demo.reward_probe import BEHAVIOURS, checkpoint_answerer, probe_seed
+from experiments.cpu_demo.reward_probe import (
+    BEHAVIOURS,
+    SPREAD_KEYS,
+    checkpoint_policy,
+    manager_config,
+    probe_seed,
+    reward_env,
+    spread_table,
+    stage_states,
+)
 from experiments.cpu_demo.run import SeedRun, check_seed_dir
 from memr1.atomic import write_json_atomic
 from memr1.torchless import without_torch
 
 # Checkpoint folders of the answerers a seed folder holds; "rules" needs none.
 ANSWERERS = {"rl": "answer_{algo}", "sft": "sft", "rules": None}
+# Checkpoint folders of the managers --spread samples from.
+MANAGERS = {"rl": "manager_{algo}", "sft": "sft"}
 
 
 def main(argv=None) -> int:
@@ -57,6 +76,13 @@ def main(argv=None) -> int:
     parser.add_argument("--max_states", type=int, default=None, help="default: all")
     parser.add_argument("--config", default=None, help="the run's config as FILE[:ARG]")
     parser.add_argument("--quick", action="store_true", help="the folder is a --quick demo's")
+    parser.add_argument(
+        "--spread",
+        choices=sorted(MANAGERS),
+        default=None,
+        help="instead: which groups of this manager's sampled replies the reward ranks",
+    )
+    parser.add_argument("--sample_seed", type=int, default=0, help="--spread's sampling key")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
 
@@ -84,22 +110,67 @@ def main(argv=None) -> int:
             )
         spec = str(checkpoint) if args.step is None else f"{checkpoint}:{args.step}"
         try:
-            answerer = checkpoint_answerer(run, spec)
+            answerer = checkpoint_policy(run, spec)
         except FileNotFoundError as e:  # a step or best the run did not keep
             parser.error(str(e))
         through = spec
-    result = {"answerer": through, **probe_seed(run, answerer, max_states=args.max_states)}
-
-    print(f"reward probe through {through} ({result['states']} manager-stage states)")
-    print("| gold op | states | " + " | ".join(BEHAVIOURS) + " |")
-    print("|---|---|" + "---|" * len(BEHAVIOURS))
-    for group, g in result["groups"].items():
-        cells = " | ".join(f"{g['reward'][b]:.3f}" for b in BEHAVIOURS)
-        print(f"| {group} | {g['n']} | {cells} |")
-    out = args.out or seed_dir / f"reward_probe_{args.answer}.json"
+    if args.spread:
+        manager = seed_dir / MANAGERS[args.spread].format(algo=args.algo) / "checkpoints"
+        if not manager.is_dir():
+            parser.error(f"checkpoint {manager}: not a directory (an Orbax train checkpoints dir)")
+        result = spread(run, str(manager), answerer, args.max_states, args.sample_seed)
+        result = {"manager": str(manager), "answerer": through, **result}
+        print_spread(result)
+        out = args.out or seed_dir / f"reward_spread_{args.spread}_{args.answer}.json"
+    else:
+        result = {"answerer": through, **probe_seed(run, answerer, max_states=args.max_states)}
+        print(f"reward probe through {through} ({result['states']} manager-stage states)")
+        print("| gold op | states | " + " | ".join(BEHAVIOURS) + " |")
+        print("|---|---|" + "---|" * len(BEHAVIOURS))
+        for group, g in result["groups"].items():
+            cells = " | ".join(f"{g['reward'][b]:.3f}" for b in BEHAVIOURS)
+            print(f"| {group} | {g['n']} | {cells} |")
+        out = args.out or seed_dir / f"reward_probe_{args.answer}.json"
     write_json_atomic(out, result, indent=1)  # never a half-written report
     print(f"wrote {out}")
     return 0
+
+
+def spread(run, manager: str, answerer, max_states: int | None, sample_seed: int) -> dict:
+    """`spread_table` of G replies sampled from ``manager`` on the seed's manager-stage
+    states, at the stage's rollout temperature and budget."""
+    import jax
+
+    from experiments.cpu_demo.op_probe import policy_sampler
+    from memr1.env.policy import SamplingConfig
+
+    config = run.c
+    sampling = SamplingConfig.from_config(manager_config(run), "rollout")
+    states = stage_states(run, max_states)
+    sample = policy_sampler(
+        checkpoint_policy(run, manager).decode_copy(),
+        sampling,
+        group_size=config.group_size,
+        style=config.style,
+        key=jax.random.key(sample_seed),
+    )
+    rules = reward_env(run, RuleReader(style=config.style))
+    return {
+        "temperature": sampling.temperature,
+        **spread_table(states, sample(states), reward_env(run, answerer), rules),
+    }
+
+
+def print_spread(result: dict) -> None:
+    print(
+        f"groups of {result['group_size']} replies sampled from {result['manager']} "
+        f"(T {result['temperature']}) on {result['groups']} manager-stage states, rewarded "
+        f"through {result['answerer']} and through the careful rule reader"
+    )
+    print("| share of the groups | |")
+    print("|---|---:|")
+    for key in SPREAD_KEYS:
+        print(f"| {key} | {result[key]:.3f} |")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,13 @@ and ``add`` score alike, no outcome reward through that answerer can teach UPDAT
 where ``overwrite`` and ``add`` do at new facts, none can teach the manager to keep what it
 overwrites. The states' questions are those the stage's reward reads (its
 ``config.manager.linked_qa``: `memr1.train.stages.linked_questions`).
+
+:func:`spread_table` asks the same of the replies a manager actually samples: a GRPO group
+whose G rewards are equal carries no gradient, and it says why a group is flat. Each group's
+candidates are rewarded through the frozen Answer Agent and through the careful rule reader on
+the same banks: a group the rule reader ranks and the Answer Agent does not is one the banks
+decide and the reader does not read; a group in which no linked question reads a different
+prompt ("unseen") no reader could rank.
 """
 
 from __future__ import annotations
@@ -136,21 +143,85 @@ def probe_rewards(
     return {"states": len(states), "groups": groups}
 
 
-def checkpoint_answerer(seed_run, answer_checkpoint: str):
-    """The Answer Agent saved in ``answer_checkpoint`` (an Orbax train directory) on the seed's
-    backbone, as the manager stage loads its frozen answerer."""
+SPREAD_KEYS = ("reader", "rules", "rules_only_reader_zero", "rules_only_reader_flat",
+               "reader_only", "unseen")  # fmt: skip
+
+
+def spread_table(
+    states: list[Any], replies: list[list[str]], reader_env: Any, rules_env: Any
+) -> dict[str, Any]:
+    """Which of G sampled replies' groups the manager stage's reward can rank.
+
+    ``states``: ManagerTuples as the stage builds them; ``replies``: G reply texts per state;
+    ``reader_env`` and ``rules_env``: RewardEnvs alike but for their answerer (the frozen
+    Answer Agent, the careful rule reader).
+
+    Returns:
+      {"groups", "group_size", and the share of the groups that: "reader" (have a reward
+      spread through the Answer Agent), "rules" (through the rule reader),
+      "rules_only_reader_zero" / "rules_only_reader_flat" (a spread through the rule reader
+      only, the Answer Agent scoring every candidate 0 / one reward above 0), "reader_only",
+      "unseen" (no linked question reads a different prompt over the G candidate banks)}.
+    """
+    from memr1.env.answer import retrieve
+    from memr1.env.manager_reward import candidate_banks, manager_rewards
+    from memr1.env.rollout import manager_state_from_tuple
+
+    if len(replies) != len(states) or not states:
+        raise ValueError(f"{len(replies)} groups of replies for {len(states)} states")
+    manager_states = [manager_state_from_tuple(t) for t in states]
+    key = jax.random.key(0)
+    reader = manager_rewards(manager_states, replies, reader_env, key=key).rewards
+    rules = manager_rewards(manager_states, replies, rules_env, key=key).rewards
+    counts = collections.Counter()
+    k = rules_env.answer.k_per_speaker
+    for state, group, r, q in zip(manager_states, replies, reader, rules, strict=True):
+        by_reader, by_rules = bool(np.ptp(r) > 0), bool(np.ptp(q) > 0)
+        counts["reader"] += by_reader
+        counts["rules"] += by_rules
+        counts["reader_only"] += by_reader and not by_rules
+        if by_rules and not by_reader:
+            counts["rules_only_reader_zero" if r[0] == 0 else "rules_only_reader_flat"] += 1
+        views, _ = candidate_banks(state, group, rules_env)
+        seen = False
+        for question, _ in state.qa:
+            hits = retrieve([question] * len(views), views, rules_env.embed, k)
+            shown = {tuple((n, tuple(h.text for h in hs)) for n, hs in h.items()) for h in hits}
+            seen = seen or len(shown) > 1
+        counts["unseen"] += not seen
+    n = len(states)
+    return {
+        "groups": n,
+        "group_size": len(replies[0]),
+        **{key: counts[key] / n for key in SPREAD_KEYS},
+    }
+
+
+def checkpoint_policy(seed_run, checkpoint: str):
+    """The policy saved in ``checkpoint`` (an Orbax train directory, DIR:STEP or DIR:best) on
+    the seed's backbone, as the manager stage loads its frozen answerer: an Answer Agent, or a
+    manager to sample from."""
     from memr1.env import load
     from memr1.train.checkpoint import restore_params
 
     backbone = load.load_backbone(hf_dir=str(seed_run.base))
-    params = restore_params(answer_checkpoint, backbone.params)
+    params = restore_params(checkpoint, backbone.params)
     return load.make_policy(backbone, params, batch_size=64)
 
 
 def probe_seed(seed_run, answerer, *, max_states: int | None = None) -> dict:
     """The probe over a demo seed's manager-stage states through ``answerer`` (a policy, e.g.
-    ``checkpoint_answerer``, or the rule reader); the seed's memory sizes, embedder, states and
+    ``checkpoint_policy``, or the rule reader); the seed's memory sizes, embedder, states and
     linked questions, as the manager stage uses them (`memr1.train.stages.rl_states`)."""
+    states = stage_states(seed_run, max_states)
+    return probe_rewards(
+        states, gold_index(seed_run.data / "gold_ops.json"), reward_env(seed_run, answerer)
+    )
+
+
+def stage_states(seed_run, max_states: int | None = None) -> list:
+    """The seed's manager-stage states (ManagerTuples), as `memr1.train.stages.rl_states`
+    builds them from its config: the first ``max_states`` (default: all)."""
     from memr1.train.stages import manager_records
     from memr1.tuples import read_tuples
 
@@ -161,25 +232,28 @@ def probe_seed(seed_run, answerer, *, max_states: int | None = None) -> dict:
         min_overlap=m.min_overlap,
         source=seed_run.rl_tuples,
     )
-    states = states[:max_states] if max_states else states
-    return probe_rewards(
-        states, gold_index(seed_run.data / "gold_ops.json"), reward_env(seed_run, answerer)
-    )
+    return states[:max_states] if max_states else states
 
 
 def reward_env(seed_run, answerer):
     """The manager stage's reward settings of a demo seed (its own config), through
     ``answerer``."""
-    from experiments.cpu_demo.commands import load_config, stage_overrides
     from memr1.env.answer import AnswerConfig
     from memr1.env.manager_reward import RewardEnv
     from memr1.env.memory_store import BankSpec
 
-    overrides = stage_overrides(seed_run.c, seed_run.seed, stage="manager", algo=seed_run.algo)
-    config = load_config(f"stage=manager,algo={seed_run.algo},runlocal", overrides)
+    config = manager_config(seed_run)
     return RewardEnv(
         answerer=answerer,
         embed=seed_run.encoder().encode,
         answer=AnswerConfig.from_config(config),
         bank=BankSpec.from_config(config),
     )
+
+
+def manager_config(seed_run):
+    """The configs/memr1.py config the seed's manager stage runs with."""
+    from experiments.cpu_demo.commands import load_config, stage_overrides
+
+    overrides = stage_overrides(seed_run.c, seed_run.seed, stage="manager", algo=seed_run.algo)
+    return load_config(f"stage=manager,algo={seed_run.algo},runlocal", overrides)

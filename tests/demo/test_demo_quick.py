@@ -130,6 +130,14 @@ def test_quick_demo_writes_every_output(tmp_path, capsys):
         for group in probe["groups"].values():
             assert set(group["reward"]) == {"clean", "add", "delete_add", "overwrite", "none"}
             assert all(0.0 <= r <= 1.0 for r in group["reward"].values())
+    # --spread: which groups of the RL manager's sampled replies each reader ranks.
+    spread_out = tmp_path / "reward_spread.json"
+    argv = [str(seed), "--quick", "--spread", "rl", "--max_states", "4", "--out", str(spread_out)]
+    assert load_tool("reward_probe").main(argv) == 0
+    spread = json.loads(spread_out.read_text())
+    assert spread["groups"] == 4 and "manager_grpo" in spread["manager"]
+    assert spread["rules"] >= spread["rules_only_reader_zero"] + spread["rules_only_reader_flat"]
+    assert all(0.0 <= spread[k] <= 1.0 for k in ("reader", "rules", "reader_only", "unseen"))
 
     # The answer-error classes (tools/answer_errors.py) on this run's own test predictions:
     # every answer in one class, and "right" exactly the answers the evaluation scored 1.

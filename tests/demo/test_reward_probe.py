@@ -14,11 +14,13 @@ from experiments.cpu_demo.reward_probe import (
     behaviour_replies,
     gold_group,
     probe_rewards,
+    spread_table,
 )
 from memr1.env.answer import AnswerConfig
 from memr1.env.manager_io import ADD, DELETE, UPDATE, parse_manager_output
 from memr1.env.manager_reward import RewardEnv
 from memr1.env.memory_store import BankSpec
+from memr1.env.policy import Completion
 from memr1.train.stages import linked_questions
 from memr1.tuples.schema import LinkedQA, ManagerTuple, MemoryRecord
 from tests.demo.turns import Turn
@@ -187,3 +189,63 @@ def test_a_state_without_a_gold_label_is_named():
     turn = Turn(("Andrew lives in Boston.",), (), sample_id="conv-9", dia_id="D3:4")
     with pytest.raises(KeyError, match="conv-9 D3:4"):
         probe_rewards([turn], {}, None)
+
+
+class _Constant:
+    """An Answer Agent that answers every question with one text, whatever it is shown."""
+
+    batch_size = 8
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def complete(self, chats, sampling=None, *, key=None, num_samples=1):
+        text = f"**Answer:** {self.answer}"
+        done = Completion(text, np.zeros(1, np.int32), np.zeros(1, np.int32),
+                          np.zeros(1, np.float32), finished=True)  # fmt: skip
+        return [[done] * num_samples for _ in chats]
+
+
+def _env(answerer):
+    config = tiny.config()
+    config.memory.update(k_per_speaker=1, capacity=8, text_bytes=64, retriever="exact_numpy")
+    config.agents.update(style="compact", distill=True, temperature=0.0)
+    config.agents.answer_max_new_tokens = 256
+    return RewardEnv(
+        answerer=answerer,
+        embed=_words,
+        answer=AnswerConfig.from_config(config),
+        bank=BankSpec.from_config(config),
+    )
+
+
+def test_the_spread_table_tells_an_unread_group_from_an_unseen_one():
+    dogs = _state(
+        "Andrew adopted another dog named Buddy today.",
+        ("Andrew adopted a dog named Toby yesterday.", "Andrew lives in Chicago."),
+        "What are the names of Andrew's dogs?",
+        "Toby and Buddy",
+    )
+    merge = (
+        '{"memory": [{"event": "UPDATE", "id": "0", '
+        '"text": "Andrew has two dogs: Toby and Buddy."}]}'
+    )
+    nothing = '{"memory": []}'
+    # The merge changes the memory the dog question retrieves, the empty reply does not: the rule
+    # reader ranks them (1 / 0); an agent that answers "Toby" whatever it reads scores both 0,
+    # one that answers "Toby and Buddy" scores both 1.
+    replies = [[merge, nothing], [nothing, nothing]]
+    rules = _env(RuleReader())
+    got = spread_table([dogs, dogs], replies, _env(_Constant("Toby")), rules)
+    assert got == {
+        "groups": 2, "group_size": 2, "reader": 0.0, "rules": 0.5,
+        "rules_only_reader_zero": 0.5, "rules_only_reader_flat": 0.0, "reader_only": 0.0,
+        "unseen": 0.5,
+    }  # fmt: skip
+    flat = spread_table([dogs], replies[:1], _env(_Constant("Toby and Buddy")), rules)
+    assert flat["rules_only_reader_flat"] == 1.0 and flat["unseen"] == 0.0
+    # Through the rule reader itself every ranked group is the reader's.
+    same = spread_table([dogs], replies[:1], rules, rules)
+    assert same["reader"] == same["rules"] == 1.0 and same["reader_only"] == 0.0
+    with pytest.raises(ValueError, match="1 groups of replies for 2 states"):
+        spread_table([dogs, dogs], replies[:1], rules, rules)
