@@ -132,11 +132,11 @@ def answer_over_banks(
     `answerer.batch_size`; batch j samples with `fold_in(key, first index of j)`.
 
     Under greedy decoding (temperature 0) a reply is a function of its prompt, so a prompt that
-    recurs (the same question over banks whose retrieved memories coincide: most of the G
-    candidate banks of a manager-stage state differ in a memory no question retrieves) is
-    answered once and its reply given to every question that has it; the batches then run over
-    the distinct prompts, in order of first appearance. `stats` counts them ("answers",
-    "distinct_prompts"). A sampled reply stays one draw per question.
+    recurs (the same question over banks whose retrieved memories coincide: over the G
+    candidate banks of a manager-stage state a linked question of the CPU demo reads 2-4
+    distinct prompts of 8) is answered once and its reply given to every question that has it;
+    the batches then run over the distinct prompts, in order of first appearance. `stats`
+    counts them ("answers", "distinct_prompts"). A sampled reply stays one draw per question.
 
     Returns:
       (the retrieved hits per question, the reply per question).
