@@ -24,7 +24,7 @@ state from that manager at the stage's rollout settings instead, rewards each gr
 Answer Agent and through the careful rule reader, and prints the share of the groups each ranks
 (a reward spread, the groups GRPO learns from), those only the rule reader ranks (the banks
 decide them, the Answer Agent does not read it) and those no reader could rank (no linked
-question reads a different prompt). JSON: SEED_DIR/reward_spread_<manager>_<answer>.json.
+question retrieves a different memory text). JSON: SEED_DIR/reward_spread_<manager>_<answer>.json.
 """
 
 from __future__ import annotations

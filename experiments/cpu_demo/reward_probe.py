@@ -26,8 +26,8 @@ overwrites. The states' questions are those the stage's reward reads (its
 whose G rewards are equal carries no gradient, and it says why a group is flat. Each group's
 candidates are rewarded through the frozen Answer Agent and through the careful rule reader on
 the same banks: a group the rule reader ranks and the Answer Agent does not is one the banks
-decide and the reader does not read; a group in which no linked question reads a different
-prompt ("unseen") no reader could rank.
+decide and the reader does not read; a group in which no linked question retrieves a
+different memory text ("unseen") no reader could rank.
 """
 
 from __future__ import annotations
@@ -161,7 +161,8 @@ def spread_table(
       spread through the Answer Agent), "rules" (through the rule reader),
       "rules_only_reader_zero" / "rules_only_reader_flat" (a spread through the rule reader
       only, the Answer Agent scoring every candidate 0 / one reward above 0), "reader_only",
-      "unseen" (no linked question reads a different prompt over the G candidate banks)}.
+      "unseen" (no linked question retrieves a different memory text from the G candidate
+      banks)}.
     """
     from memr1.env.answer import retrieve
     from memr1.env.manager_reward import candidate_banks, manager_rewards
@@ -193,7 +194,7 @@ def spread_table(
     return {
         "groups": n,
         "group_size": len(replies[0]),
-        **{key: counts[key] / n for key in SPREAD_KEYS},
+        **{name: counts[name] / n for name in SPREAD_KEYS},
     }
 
 
