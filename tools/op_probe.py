@@ -112,20 +112,9 @@ def continuation_scorer(policy, batch: int = 32, width_step: int = 64):
 
 def load_policy(run, checkpoint: str):
     """The checkpoint's policy and the demo manager stage's rollout sampling settings."""
-    from experiments.cpu_demo.commands import load_config, stage_overrides
-    from memr1.env import load
-    from memr1.env.policy import SamplingConfig
-    from memr1.train.checkpoint import restore_params
+    from experiments.cpu_demo.reward_probe import checkpoint_policy, rollout_sampling
 
-    overrides = stage_overrides(run.c, run.seed, stage="manager", algo=run.algo)
-    config = load_config(f"stage=manager,algo={run.algo},runlocal", overrides)
-    sampling = SamplingConfig.from_config(config, "rollout")
-    backbone = load.load_backbone(hf_dir=str(run.base))
-    params = restore_params(checkpoint, backbone.params)
-    policy = load.make_policy(
-        backbone, params, batch_size=8, max_prompt_tokens=config.agents.max_prompt_tokens
-    )
-    return policy, sampling
+    return checkpoint_policy(run, checkpoint, batch_size=8), rollout_sampling(run)
 
 
 def print_tables(result) -> None:

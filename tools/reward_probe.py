@@ -43,9 +43,9 @@ from experiments.cpu_demo.reward_probe import (
     BEHAVIOURS,
     SPREAD_KEYS,
     checkpoint_policy,
-    manager_config,
     probe_seed,
     reward_env,
+    rollout_sampling,
     spread_table,
     stage_states,
 )
@@ -142,10 +142,9 @@ def spread(run, manager: str, answerer, max_states: int | None, sample_seed: int
     import jax
 
     from experiments.cpu_demo.op_probe import policy_sampler
-    from memr1.env.policy import SamplingConfig
 
     config = run.c
-    sampling = SamplingConfig.from_config(manager_config(run), "rollout")
+    sampling = rollout_sampling(run)
     states = stage_states(run, max_states)
     sample = policy_sampler(
         checkpoint_policy(run, manager).decode_copy(),

@@ -198,16 +198,24 @@ def spread_table(
     }
 
 
-def checkpoint_policy(seed_run, checkpoint: str):
+def checkpoint_policy(seed_run, checkpoint: str, *, batch_size: int = 64):
     """The policy saved in ``checkpoint`` (an Orbax train directory, DIR:STEP or DIR:best) on
-    the seed's backbone, as the manager stage loads its frozen answerer: an Answer Agent, or a
-    manager to sample from."""
+    the seed's backbone, with the manager stage's prompt budget (agents.max_prompt_tokens), as
+    the stage loads its frozen answerer: an Answer Agent, or a manager to sample from."""
     from memr1.env import load
     from memr1.train.checkpoint import restore_params
 
     backbone = load.load_backbone(hf_dir=str(seed_run.base))
     params = restore_params(checkpoint, backbone.params)
-    return load.make_policy(backbone, params, batch_size=64)
+    budget = manager_config(seed_run).agents.max_prompt_tokens
+    return load.make_policy(backbone, params, batch_size=batch_size, max_prompt_tokens=budget)
+
+
+def rollout_sampling(seed_run):
+    """How the seed's manager stage samples its rollouts (temperature and reply budget)."""
+    from memr1.env.policy import SamplingConfig
+
+    return SamplingConfig.from_config(manager_config(seed_run), "rollout")
 
 
 def probe_seed(seed_run, answerer, *, max_states: int | None = None) -> dict:
