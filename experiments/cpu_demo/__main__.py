@@ -86,19 +86,31 @@ def read_config(spec: str | None, *, quick: bool = False) -> ml_collections.Conf
 def _setup_environment(workdir: Path) -> None:
     """CPU unless told otherwise, no hub, and a compilation cache shared by every stage.
 
-    Set before JAX is imported, here and in the training subprocesses (which inherit them), so
-    that a program compiled by one stage is read from disk by the next and by every later seed.
-    Every program is cached, however fast it compiled: the demo's programs are small, and most
-    compile in under a second (JAX's default threshold), so with it each stage and each seed
-    compiled them again. A hit is the executable a compile would give (the key holds the
-    program, the compile options and XLA_FLAGS), so nothing the demo computes changes.
+    The settings travel as environment variables (a user's own win), which the training
+    subprocesses inherit and read when they import JAX; this process has imported JAX already
+    (with its config), so its own JAX config is updated to match, and the evaluations it runs
+    read and fill the same cache. A program compiled by one stage is then read from disk by the
+    next and by every later seed. Every program is cached, however fast it compiled: the demo's
+    programs are small, and most compile in under a second (JAX's default threshold), so with it
+    each stage and each seed compiled them again. A hit is the executable a compile would give
+    (the key holds the program, the compile options and XLA_FLAGS), so nothing the demo
+    computes changes.
     """
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(workdir / ".jax_cache"))
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
+    jax_settings = {  # environment variable (its JAX config name lower-cased): default, type
+        "JAX_PLATFORMS": ("cpu", str),
+        "JAX_COMPILATION_CACHE_DIR": (str(workdir / ".jax_cache"), str),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": ("0", float),
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": ("-1", int),
+    }
+    for env, (default, _) in jax_settings.items():
+        os.environ.setdefault(env, default)
+    if "jax" in sys.modules:
+        import jax
+
+        for env, (_, kind) in jax_settings.items():
+            jax.config.update(env.lower(), kind(os.environ[env]))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,6 +6,9 @@ here changes the demo's numbers, so it must come with a new measurement (docs/de
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -440,3 +443,24 @@ def test_the_warm_start_export_follows_its_sft(tmp_path, monkeypatch):
     shutil.rmtree(tmp_path / "sft")  # the warm start retrained under other settings
     run_of(1400).train_sft()
     assert len(exported) == 2  # the baselines' export follows it
+
+
+@pytest.mark.parametrize("threshold, cached", [(None, True), ("1", False)])
+def test_the_demo_process_caches_every_compiled_program(tmp_path, threshold, cached):
+    """The demo process imports JAX before it sets up the cache (its evaluations run in it):
+    the setup reaches JAX's config, every program is cached however fast it compiled, and a
+    threshold the user set is kept."""
+    code = (
+        "import sys; from pathlib import Path; "
+        "from experiments.cpu_demo.__main__ import _setup_environment; "
+        "assert 'jax' in sys.modules; _setup_environment(Path(sys.argv[1])); "
+        "import jax, jax.numpy as jnp; "
+        "jax.jit(lambda x: x * 2 + 1)(jnp.ones(3)).block_until_ready()"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+    if threshold is not None:
+        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = threshold
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, cwd=root, check=True)
+    entries = list((tmp_path / ".jax_cache").glob("jit__lambda-*"))
+    assert bool(entries) == cached
