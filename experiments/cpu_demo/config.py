@@ -6,9 +6,9 @@
 Keys of the arg string: quick (every stage in a few steps on a world of four conversations,
 the end-to-end test: nothing learns). The returned ConfigDict is locked.
 
-Everything the demo trains and measures is sized here. One seed takes 20-21 minutes on two
-CPU cores with the machine to itself (2-core Intel Xeon, AVX-512; seed 0 of a fresh run): copy
-pretraining 239 s, SFT 429 s, answer GRPO 196 s, manager GRPO 275 s, the evaluations 104 s
+Everything the demo trains and measures is sized here. One seed takes about 20.5 minutes on
+two CPU cores with the machine to itself (2-core Intel Xeon, AVX-512; seed 0 of a fresh run):
+copy pretraining 239 s, SFT 429 s, answer GRPO 196 s, manager GRPO 275 s, the evaluations 77 s
 (docs/benchmarks.md). The values were chosen on the validation split, never the test split, by
 watching the EM of the warm start and of each RL stage and the warm start's probes
 (tools/op_probe.py, tools/copy_probe.py); docs/demo.md has the measurements.
