@@ -15,7 +15,7 @@ import jax
 
 from memr1.data.records import Conversation, Turn
 from memr1.env.facts import extract_facts
-from memr1.env.manager_io import parse_manager_output, render_manager_input
+from memr1.env.manager_io import ManagerRules, parse_manager_output, render_manager_input
 from memr1.env.memory_store import ConversationMemory, EmbedFn, to_timestamp, turn_number
 from memr1.env.policy import SamplingConfig, TextPolicy
 from memr1.env.stats import StageStats
@@ -31,6 +31,7 @@ class IngestConfig:
     style: str  # agents.style
     extract_sampling: SamplingConfig  # agents.temperature, agents.extract_max_new_tokens
     manager_sampling: SamplingConfig  # agents.temperature, agents.manager_max_new_tokens
+    rules: ManagerRules  # agents.manager_date, agents.repeated_id, agents.adds_per_fact
     use_manager: bool = True  # False: every fact is ADDed as is (LoCoMo-RAG)
 
     @classmethod
@@ -41,6 +42,7 @@ class IngestConfig:
             style=config.agents.style,
             extract_sampling=SamplingConfig.from_config(config, "extract"),
             manager_sampling=SamplingConfig.from_config(config, "manager"),
+            rules=ManagerRules.from_config(config),
         )
 
 
@@ -145,7 +147,7 @@ def _manage(pending, memories, embed, cfg, manager, key, stats) -> list[TurnReco
             offset += len(fs)
             _, date = _when(conv, turn)
             messages, id_map = render_manager_input(
-                fs, retrieved, style=cfg.style, session_date=date
+                fs, retrieved, style=cfg.style, session_date=date if cfg.rules.show_date else None
             )
             chats.append(messages)
             id_maps.append(id_map)
@@ -157,8 +159,14 @@ def _manage(pending, memories, embed, cfg, manager, key, stats) -> list[TurnReco
     with stats.time("bank_ops", items=len(chats)):
         for (conv, turn, fs), (sample,), id_map, record in zip(pending, outputs, id_maps, records):
             stats.add_tokens("manager", len(sample.ids))
-            parsed = parse_manager_output(sample.text, id_map, new_fact_count=len(fs))
+            parsed = parse_manager_output(
+                sample.text, id_map, new_fact_count=len(fs), rules=cfg.rules
+            )
             record.output = sample.text
+            # The replies memr1's reading rules change (kept or rejected by cfg.rules).
+            stats.count("manager_replies", "replies")
+            stats.count("manager_replies", "duplicate_id", int(parsed.repeated_ids > 0))
+            stats.count("manager_replies", "extra_add", int(parsed.extra_adds > 0))
             record.ops = [dataclasses.asdict(op) for op in parsed.ops if op.invalid is None]
             record.invalid = {k: v for k, v in parsed.counters.items() if v}
             for op in parsed.ops:

@@ -6,11 +6,24 @@ between model text and the memory bank, and it never raises:
 
   * UPDATE, DELETE and NONE can only name a shown id; whatever else the text says (a huge,
     negative or made-up id, or instructions written inside a memory) cannot reach another memory;
-  * each retrieved memory is changed at most once: the first valid op on an id wins;
-  * ADD ignores the id the model wrote and is capped at one per new fact, so a policy cannot
-    learn to pad the bank;
+  * ADD ignores the id the model wrote;
   * every entry that breaks a rule becomes a NOOP whose ``invalid`` field names the rule, and
     the counters add these up by kind (see :data:`COUNTER_KINDS`).
+
+Two rules are memr1's own, not Mem0's (whose reader the paper's manager is trained against),
+and each is a setting (:class:`ManagerRules`, the config's `agents` section):
+
+  * ``repeated_id="first"``: each retrieved memory is changed at most once, the first valid op
+    on an id wins and a later one is rejected as ``duplicate_id`` (so "NONE 0" then
+    "UPDATE 0" keeps the memory as it was). Mem0 applies every entry in reply order
+    (``"in_order"``): the update then lands, and an op on an id an earlier entry deleted finds
+    nothing and does nothing (the bank counts it as an unknown id);
+  * ``adds_per_fact=1``: at most one ADD per new fact, later ADDs rejected as ``excess_add``,
+    so that a policy cannot learn to pad the bank; Mem0 keeps every ADD (``0``: no cap).
+
+Whatever the rules, :class:`ParsedOps` counts the entries that name an id already named
+(``repeated_ids``) and the ADDs beyond one per fact (``extra_adds``): the replies the first
+rules change, logged as shares (`duplicate_id_frac`, `extra_add_frac`).
 
 The op list is looked for anywhere in the reply (fences, prose, single quotes, trailing commas,
 a bare list, a cut-off end: see :mod:`memr1.env.jsonish`); when several candidates are
@@ -53,6 +66,50 @@ COUNTER_KINDS = (
 )
 
 
+REPEATED_ID_RULES = ("first", "in_order")
+
+
+@dataclass(frozen=True)
+class ManagerRules:
+    """What the manager is shown beyond its memories and facts, and how its reply is read.
+
+    Attributes:
+      show_date: the conversation's date is shown (and the full prompt asks for relative time
+        to become a date in the memory text); neither the paper's prompt nor Mem0's shows it.
+      repeated_id: "first" (the first valid op on a shown id stands) or "in_order" (Mem0: every
+        entry applies, in reply order).
+      adds_per_fact: at most this many ADDs per new fact; 0 keeps every ADD (Mem0).
+    """
+
+    show_date: bool = True
+    repeated_id: str = "first"
+    adds_per_fact: int = 1
+
+    def __post_init__(self):
+        if self.repeated_id not in REPEATED_ID_RULES:
+            raise ValueError(
+                f"config agents.repeated_id={self.repeated_id!r} is not one of "
+                f"{list(REPEATED_ID_RULES)}"
+            )
+        if isinstance(self.adds_per_fact, bool) or not isinstance(self.adds_per_fact, int):
+            raise ValueError(f"config agents.adds_per_fact={self.adds_per_fact!r}: an integer")
+        if self.adds_per_fact < 0:
+            raise ValueError(f"config agents.adds_per_fact={self.adds_per_fact}: must be >= 0")
+
+    @classmethod
+    def from_config(cls, config) -> ManagerRules:
+        a = config.agents
+        return cls(
+            show_date=bool(a.manager_date),
+            repeated_id=a.repeated_id,
+            adds_per_fact=a.adds_per_fact,
+        )
+
+
+# memr1's rules, the library default; Mem0's (the paper's) are ManagerRules(False, "in_order", 0).
+MEMR1_RULES = ManagerRules()
+
+
 @dataclass(frozen=True)
 class ManagerOp:
     """One validated operation, in bank ids.
@@ -74,11 +131,18 @@ class ManagerOp:
 
 @dataclass(frozen=True)
 class ParsedOps:
-    """The ops read from one manager reply, in reply order, and the rejects counted by kind."""
+    """The ops read from one manager reply, in reply order, and the rejects counted by kind.
+
+    ``repeated_ids`` counts the entries (UPDATE, DELETE, NONE) naming a shown id that an earlier
+    valid entry named, and ``extra_adds`` the ADDs with text beyond one per new fact, under
+    either rule (see the module docstring).
+    """
 
     ops: list[ManagerOp]
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTER_KINDS, 0))
     truncated_list: bool = False
+    repeated_ids: int = 0
+    extra_adds: int = 0
 
     @property
     def num_valid(self) -> int:
@@ -140,6 +204,10 @@ def render_manager_input(
     if style == "full":
         memories = _json_rows([{"id": str(i), "text": text} for i, text in shown])
         fact_block = _json_rows(list(facts))
+    elif style == "paper":
+        # Mem0's layout: the old memory as a JSON list, the facts as one JSON list on the line.
+        memories = _json_rows([{"id": str(i), "text": text} for i, text in shown])
+        fact_block = json.dumps([one_line(fact) for fact in facts], ensure_ascii=False)
     else:
         # Quoted as the reply will quote them: a byte-level BPE cuts "Nadia after a quote and
         # " Nadia" after a space into different tokens, so an unquoted fact would have to be
@@ -151,7 +219,7 @@ def render_manager_input(
         fact_block = "\n".join(f"- {_quoted(fact)}" for fact in facts) or "(none)"
     if session_date is None:
         date_line = ""
-    elif style == "full":
+    elif style != "compact":
         date_line = f"Date of the conversation: {one_line(session_date)}\n\n"
     else:
         date_line = f"Date: {one_line(session_date)}\n"
@@ -171,7 +239,7 @@ def format_manager_output(
     """The reply a manager should write for ``ops`` (in real ids): SFT targets and test inputs.
 
     ADD entries get the shown ids after the retrieved ones (k, k+1, ...), as the prompt asks.
-    "full" writes one entry per line; "compact" writes the whole object on one line.
+    "full" and "paper" write one entry per line; "compact" the whole object on one line.
     ``op_first`` writes each entry's "event" first (the paper's order puts it after the text):
     a policy sampling such a reply chooses its operation on the entry's first word, where the
     other order chooses it after the id and the text. The parser reads either order.
@@ -201,7 +269,7 @@ def format_manager_output(
         if op.kind == UPDATE and op.old_memory is not None:
             entry["old_memory"] = op.old_memory
         entries.append(entry)
-    if style == "full":
+    if style != "compact":
         return '{"memory": ' + _json_rows(entries) + "}"
     return json.dumps({"memory": entries}, ensure_ascii=False)
 
@@ -292,13 +360,21 @@ def _text(value) -> str:
     return value.strip() if isinstance(value, str) else ""
 
 
-def parse_manager_output(text: str, id_map: Mapping[int, int], *, new_fact_count: int) -> ParsedOps:
+def parse_manager_output(
+    text: str,
+    id_map: Mapping[int, int],
+    *,
+    new_fact_count: int,
+    rules: ManagerRules = MEMR1_RULES,
+) -> ParsedOps:
     """Reads a manager reply into validated ops in real ids. Never raises.
 
     Args:
       text: the model's reply.
       id_map: ``shown_id -> real_id`` from :func:`render_manager_input`.
-      new_fact_count: the number of new facts shown; at most this many ADDs are accepted.
+      new_fact_count: the number of new facts shown; under ``rules.adds_per_fact`` k > 0 at
+        most k times this many ADDs are accepted.
+      rules: the repeated-id and ADD-cap rules (memr1's by default).
 
     Returns:
       The ops (invalid entries become NOOPs with ``invalid`` set) and the counters; see the
@@ -314,7 +390,9 @@ def parse_manager_output(text: str, id_map: Mapping[int, int], *, new_fact_count
 
     ops: list[ManagerOp] = []
     taken: set[int] = set()
-    adds = 0
+    adds = repeated = 0
+    first_wins = rules.repeated_id == "first"
+    max_adds = rules.adds_per_fact * new_fact_count if rules.adds_per_fact else None
 
     def reject(kind: str) -> None:
         counters[kind] += 1
@@ -340,7 +418,8 @@ def parse_manager_output(text: str, id_map: Mapping[int, int], *, new_fact_count
         if kind == ADD:
             if not body:
                 reject("empty_text")
-            elif adds >= new_fact_count:
+            elif max_adds is not None and adds >= max_adds:
+                adds += 1
                 reject("excess_add")
             else:
                 adds += 1
@@ -354,8 +433,10 @@ def parse_manager_output(text: str, id_map: Mapping[int, int], *, new_fact_count
             # the first word on a memory stands.
             target = id_map[shown] if problem is None else None
             if target is not None and target in taken:
-                reject("duplicate_id")
-                continue
+                repeated += 1
+                if first_wins:
+                    reject("duplicate_id")
+                    continue
             if target is not None:
                 taken.add(target)
             ops.append(ManagerOp(NOOP, target, body))
@@ -365,10 +446,19 @@ def parse_manager_output(text: str, id_map: Mapping[int, int], *, new_fact_count
             continue
         target = id_map[shown]
         if target in taken:
-            reject("duplicate_id")
-        elif kind == UPDATE and not body:
+            repeated += 1
+            if first_wins:
+                reject("duplicate_id")
+                continue
+        if kind == UPDATE and not body:
             reject("empty_text")
-        else:
-            taken.add(target)
-            ops.append(ManagerOp(kind, target, body, old if kind == UPDATE else None))
-    return ParsedOps(ops, counters, truncated_list=isinstance(entries, PartialList))
+            continue
+        taken.add(target)
+        ops.append(ManagerOp(kind, target, body, old if kind == UPDATE else None))
+    return ParsedOps(
+        ops,
+        counters,
+        truncated_list=isinstance(entries, PartialList),
+        repeated_ids=repeated,
+        extra_adds=max(0, adds - new_fact_count),
+    )
