@@ -105,7 +105,12 @@ def data_section(dataset: str) -> ml_collections.ConfigDict:
 
 
 def memory_section() -> ml_collections.ConfigDict:
-    """The banks and retrieval (the paper: top 30 per speaker for answers)."""
+    """The banks and retrieval (the paper: top 30 per speaker for answers).
+
+    `extract_from`: what the "llm" fact extractor reads, "utterance" (one turn, memr1's) or
+    "pair" (two messages at a time, once for each speaker's bank: Mem0's LoCoMo feed,
+    recipe=paper; `memr1.env.facts.fact_units`).
+    """
     return ml_collections.ConfigDict(
         {
             "capacity": 1024,
@@ -114,6 +119,7 @@ def memory_section() -> ml_collections.ConfigDict:
             "overflow": "evict_oldest",
             "retriever": "scann",
             "fact_source": "llm",
+            "extract_from": "utterance",
             "k_per_fact": 5,
             "k_per_speaker": 30,
         }

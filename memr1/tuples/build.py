@@ -305,6 +305,7 @@ def build_tuples(
     if _is_policy(teacher):
         ingest_cfg = IngestConfig(
             fact_source="observation",
+            extract_from="utterance",  # a tuple's facts are its turn's, handed over as they are
             use_manager=True,
             k_per_fact=cfg.k_per_fact,
             style=cfg.style,
