@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import math
 import os
+import secrets
+import string
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -106,7 +108,8 @@ def open_run(config, workdir: str | os.PathLike) -> WandbRun | None:
     if id_file.is_file():
         run_id = id_file.read_text(encoding="utf-8").strip()
     else:
-        run_id = wandb.util.generate_id()
+        # W&B's own id form: 8 characters of [a-z0-9].
+        run_id = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
         id_file.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(id_file, run_id + "\n")
     try:
