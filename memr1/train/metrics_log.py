@@ -127,8 +127,9 @@ def check_finite(step: int, metrics: Mapping[str, float], *, on_nonfinite: str =
 
 # Shares of a step's replies above which its rewards say little: the reward of a manager
 # reply the frozen answerer could not finish reading, or that could not be parsed at all, is 0
-# whatever the bank. The trainer warns on every logged step above these limits.
-SHARE_LIMITS = {"answerer_cut_frac": 0.05, "malformed_frac": 0.05}
+# whatever the bank, and so is an answer whose judge verdict could not be read (the judge
+# reward). The trainer warns on every logged step above these limits.
+SHARE_LIMITS = {"answerer_cut_frac": 0.05, "malformed_frac": 0.05, "judge_unparseable_frac": 0.05}
 
 
 def warn_shares(step: int, metrics: Mapping[str, float], warn=None) -> list[str]:
@@ -150,6 +151,7 @@ def warn_shares(step: int, metrics: Mapping[str, float], warn=None) -> list[str]
 _SHARE_HINTS = {
     "answerer_cut_frac": "raise agents.answer_max_new_tokens",
     "malformed_frac": "check the manager's reply format, or raise agents.manager_max_new_tokens",
+    "judge_unparseable_frac": "check the judge model's replies (config judge.model)",
 }
 
 
