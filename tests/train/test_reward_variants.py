@@ -106,3 +106,34 @@ def test_the_config_builds_the_reward_and_rules_and_refuses_unknowns():
     config.agents.repeated_id = "last"
     with pytest.raises(ValueError, match=r"agents\.repeated_id='last'"):
         ManagerRules.from_config(config)
+
+
+def test_a_local_judge_samples_its_verdicts_from_the_backbone(tmp_path):
+    """judge.kind="local": the judge prompts go through the project's sampler (a random tiny
+    model here, whose replies hold no verdict: each is counted unparseable and scored 0)."""
+    from memr1.env import load
+    from memr1.models.tokenizer_train import train_bpe_tokenizer
+
+    train_bpe_tokenizer(
+        ["Question: Gold answer: Generated answer: label"] * 20, tmp_path, vocab_size=300
+    )
+    backbone = load.load_backbone(hf_dir=None, size="tiny", tokenizer_dir=str(tmp_path))
+    complete = load.local_judge(backbone, batch_size=2)
+    seen = []
+
+    def counting(prompts):
+        seen.extend(prompts)
+        replies = complete(prompts)
+        assert all(isinstance(r, str) for r in replies)
+        return replies
+
+    config = tiny.config()
+    config.train.reward = "judge"
+    config.judge.kind = "local"
+    reward = stages.answer_reward(config, local_judge=counting)
+    got = reward(["City?", "City?", "Dog?"], ["Rome", "Rome", "Rex"], ["Rome", "Rome", "Max"])
+    assert len(seen) == 2 and "Generated answer: Max" in seen[1]
+    assert got.stats["judge_distinct_frac"] == pytest.approx(2 / 3)
+    assert got.stats["judge_unparseable_frac"] == 1.0 and got.scores.tolist() == [0.0] * 3
+    with pytest.raises(ValueError, match="local model"):
+        stages.answer_reward(config)  # no local model given
