@@ -4,7 +4,8 @@ Text in and out (no JAX):
   prompts       every prompt template ("full", "compact", "paper" styles), and chat rendering
   jsonish       a forgiving, never-raising reader for the JSON that models write
   facts_io      fact extraction: render the dialogue, parse the JSON list of facts
-  manager_io    Memory Manager: render memories under ids 0..k-1, parse the reply into ops
+  manager_io    Memory Manager: render memories under ids 0..k-1, format target replies
+  manager_read  Memory Manager: read a reply into validated ops (memr1's or Mem0's rules)
   answer_io     Answer Agent: render memories by speaker, extract distilled memories and answer
 Running the agents:
   policy        TextPolicy: batched chat generation with a backbone (memr1.sampling)
