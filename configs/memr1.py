@@ -107,7 +107,18 @@ def paper_recipe(config: ml_collections.ConfigDict) -> None:
     `batches.pack_step_classes`): the shorter half of the groups at its own bucketed width, the
     longer half at the step's longest, so fewer of the update's positions are padding while a
     run compiles a handful of update programs (docs/benchmarks.md measures both).
+
+    The agents are the paper's (experiments/README.md, "The paper's agents"): its prompts
+    (`agents.style="paper"`; the tiny backbone keeps the compact prompts its context holds), the
+    manager shown no date and read as Mem0 reads it (every op in reply order, every ADD kept),
+    and an LLM extractor fed two messages at a time, as Mem0 feeds LoCoMo (the tiny backbone's
+    dataset facts stay per turn). The reward stays exact match (`train.reward`).
     """
+    if config.model.size != "tiny":
+        config.agents.style = "paper"
+    config.agents.update(manager_date=False, repeated_id="in_order", adds_per_fact=0)
+    if config.memory.fact_source == "llm":
+        config.memory.extract_from = "pair"
     config.mesh.update(data=1, fsdp=-1, tensor=1)
     config.model.remat = True
     # One compiled block for the cache-free passes (update, reference, scoring), as MaxText's

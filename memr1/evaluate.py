@@ -28,9 +28,8 @@ from tqdm import tqdm
 from memr1.data.errors import DataError
 from memr1.env import load, outputs, setup, systems
 from memr1.env.memory_store import BankSpec
-from memr1.env.policy import SamplingConfig
 from memr1.eval.judge import LocomoJudge
-from memr1.eval.judge_backends import CallableBackend, OpenAICompatibleBackend
+from memr1.eval.judge_backends import backend_from_config
 from memr1.eval.longmemeval_judge import (
     LongMemEvalItem,
     LongMemEvalJudge,
@@ -67,29 +66,12 @@ def _agent_params(backbone, spec):
     return restore_params(f"{directory}:{step}", backbone.params), step
 
 
-# The local judge's replies: greedy, up to a verdict's length (not an agent of the config).
-JUDGE_SAMPLING = SamplingConfig(temperature=0.0, max_new_tokens=128)
-
-
 def judge_backend(config, backbone):
-    """The LLM judge of `config.judge` (None for kind "none")."""
-    kind = config.judge.kind
-    if kind == "none":
-        return None
-    if kind == "openai":
-        return OpenAICompatibleBackend(
-            config.judge.base_url, config.judge.model, api_key_env=config.judge.api_key_env
-        )
-    if kind == "local":
-        policy = load.make_policy(backbone, batch_size=config.agents.batch_size, name="judge")
-
-        def complete(prompts):
-            chats = [[{"role": "user", "content": p}] for p in prompts]
-            done = policy.complete(chats, JUDGE_SAMPLING, key=jax.random.key(0))
-            return [samples[0].text for samples in done]
-
-        return CallableBackend(complete, name="local")
-    raise ValueError(f"config judge.kind={kind!r} is not one of none, openai, local")
+    """The LLM judge of `config.judge` (None for kind "none"); "local" judges with the backbone."""
+    if config.judge.kind != "local":
+        return backend_from_config(config.judge)
+    local = load.local_judge(backbone, batch_size=config.agents.batch_size)
+    return backend_from_config(config.judge, local=local)
 
 
 def judge_scores(dataset: str, run, backend) -> tuple[list[float], dict | None]:

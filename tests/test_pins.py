@@ -18,7 +18,9 @@ def _pins() -> dict[str, str]:
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
     lines = cfg["options"]["install_requires"].splitlines()
+    # The extras `make install` installs: the tests exercise W&B logging (offline).
     lines += cfg["options.extras_require"]["test"].splitlines()
+    lines += cfg["options.extras_require"]["wandb"].splitlines()
     pins = {}
     for line in lines:
         line = line.strip()

@@ -1,10 +1,11 @@
 """The agents' environment (the paper's Figure 2): both agents, what they read and what scores them.
 
 Text in and out (no JAX):
-  prompts       every prompt template, in a "full" and a "compact" style, and chat rendering
+  prompts       every prompt template ("full", "compact", "paper" styles), and chat rendering
   jsonish       a forgiving, never-raising reader for the JSON that models write
   facts_io      fact extraction: render the dialogue, parse the JSON list of facts
-  manager_io    Memory Manager: render memories under ids 0..k-1, parse the reply into ops
+  manager_io    Memory Manager: render memories under ids 0..k-1, format target replies
+  manager_read  Memory Manager: read a reply into validated ops (memr1's or Mem0's rules)
   answer_io     Answer Agent: render memories by speaker, extract distilled memories and answer
 Running the agents:
   policy        TextPolicy: batched chat generation with a backbone (memr1.sampling)
@@ -12,7 +13,7 @@ Running the agents:
   facts         fact extraction over a conversation's turns
   ingest        the Memory Manager applying ADD / UPDATE / DELETE / NOOP turn by turn
   answer        the Answer Agent over banks (Algorithm 3), for evaluation and the manager reward
-  manager_reward  exact match through a frozen Answer Agent over each candidate bank
+  manager_reward  the answer reward through a frozen Answer Agent over each candidate bank
   rollout       the RL states of both stages: sample G outputs per state and score them
   systems, setup, load, outputs, stats   the four evaluated systems and their results
 

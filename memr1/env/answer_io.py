@@ -142,7 +142,7 @@ def render_answer_input(
         top 30 of each speaker's bank; speakers and memories are shown in the given order.
       distill: ask for the useful memories before the answer (the paper's agent); False renders
         the no-distillation ablation, which asks for the answer line only.
-      style: "full" or "compact".
+      style: "full", "compact" or "paper".
 
     Returns:
       ``[system, user]`` messages.
@@ -151,8 +151,10 @@ def render_answer_input(
     blocks = []
     for speaker, memories in memories_by_speaker.items():
         lines = render_memory_lines(memories) or "(none)"
+        if style == "paper" and memories:  # the paper's layout: one "- " bullet a memory
+            lines = "\n".join(f"{_BULLET_MARK}{line}" for line in lines.split("\n"))
         blocks.append(f"{_header(speaker, style)}\n{lines}")
-    separator = "\n\n" if style == "full" else "\n"
+    separator = "\n" if style == "compact" else "\n\n"
     memories_text = separator.join(blocks) or "(no memories)"
     agent = "answer" if distill else "answer_direct"
     return get_template(agent, style).render(memories=memories_text, question=one_line(question))
@@ -185,8 +187,12 @@ def answer_prompt(
     return Shrinkable(build=build, n=len(order))
 
 
+_HEADERS = {"full": "Memories of {}:", "paper": "Memories for user {}:", "compact": "{}:"}
+_BULLET_MARK = "- "
+
+
 def _header(speaker: str, style: str) -> str:
-    return f"Memories of {speaker}:" if style == "full" else f"{speaker}:"
+    return _HEADERS[style].format(speaker)
 
 
 def parse_answer_input(
@@ -215,10 +221,13 @@ def parse_answer_input(
         raise ValueError(f"answer input: no {lead.strip()!r} line before the question")
     memories: dict[str, list[tuple[str, str]]] = {}
     speaker = None
+    prefix = _HEADERS[style].split("{}")[0]
     for line in memories_text.split("\n"):
         if not line or line == "(no memories)":
             continue
-        name = line[len("Memories of ") : -1] if style == "full" else line[:-1]
+        if style == "paper" and line.startswith(_BULLET_MARK):
+            line = line[len(_BULLET_MARK) :]
+        name = line[len(prefix) : -1]
         # A header; a memory line ending in ":" still has the ": " after its timestamp.
         if ": " not in line and line == _header(name, style):
             speaker = name

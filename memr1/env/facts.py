@@ -4,6 +4,12 @@
   too): free, and the bank builder Memory-R1's tuples can use instead of a teacher LLM.
 - "llm": the extraction prompt run through a policy (Mem0's LLMExtract step).
 - "turn": the raw utterance itself, for the LoCoMo-RAG baseline (no manager at all).
+
+What the "llm" extractor reads (`memory.extract_from`, `fact_units`): "utterance" (memr1's
+default) reads one turn and asks for facts about its speaker; "pair" feeds the dialogue as
+Mem0's LoCoMo run does, two messages at a time (a session's turns 1-2, 3-4, ..., the last alone
+when the count is odd), each pair read once for each speaker's bank ("facts about X"), so that
+"Yes, last week!" keeps the question it answers. A pair's facts enter a bank at its second turn.
 """
 
 from __future__ import annotations
@@ -19,6 +25,41 @@ from memr1.env.policy import SamplingConfig, TextPolicy
 from memr1.env.stats import StageStats
 
 FACT_SOURCES = ("observation", "llm", "turn")
+EXTRACT_FROM = ("utterance", "pair")
+
+# (conversation, the schedule's turn, whose facts, the turns they are read from)
+FactUnit = tuple[Conversation, Turn, str, tuple[Turn, ...]]
+
+
+def check_extract_from(extract_from: str, source: str) -> None:
+    """Refuses an unknown `memory.extract_from`, and "pair" where no extractor reads it."""
+    if extract_from not in EXTRACT_FROM:
+        raise ValueError(
+            f"config memory.extract_from={extract_from!r} is not one of {list(EXTRACT_FROM)}"
+        )
+    if extract_from == "pair" and source != "llm":
+        raise ValueError(
+            f"config memory.extract_from='pair' is what an LLM extractor reads, but "
+            f"memory.fact_source={source!r} (set fact_source='llm', or extract_from='utterance')"
+        )
+
+
+def fact_units(conv: Conversation, turn: Turn, extract_from: str) -> list[FactUnit]:
+    """The extractions due at `turn` of the schedule (see the module docstring): its own
+    utterance for its speaker, or under "pair", when it closes a pair, the pair for each
+    speaker of the conversation."""
+    if extract_from == "utterance":
+        return [(conv, turn, turn.speaker, (turn,))]
+    turns = conv.session(turn.session).turns
+    at = next(i for i, t in enumerate(turns) if t.dia_id == turn.dia_id)
+    if at % 2 == 0 and at != len(turns) - 1:
+        return []  # the first message of a pair: read with the next one
+    pair = turns[at - 1 : at + 1] if at % 2 else (turn,)
+    return [(conv, turn, speaker, pair) for speaker in (conv.speaker_a, conv.speaker_b)]
+
+
+def _shown_text(turn: Turn) -> str:
+    return turn.text if not turn.image_caption else f"[{turn.image_caption}] {turn.text}"
 
 
 def observation_index(conv: Conversation) -> dict[str, list[str]]:
@@ -64,17 +105,34 @@ def extract_facts(
                 observations[conv.sample_id] = observation_index(conv)
             out.append(list(observations[conv.sample_id].get(turn.dia_id, [])))
         return out
+    units = [(conv, turn, turn.speaker, (turn,)) for conv, turn in items]
+    return extract_unit_facts(
+        units, policy=policy, sampling=sampling, style=style, key=key, stats=stats
+    )
+
+
+def extract_unit_facts(
+    units: Sequence[FactUnit],
+    *,
+    policy: TextPolicy | None,
+    sampling: SamplingConfig | None,
+    style: str = "full",
+    key: jax.Array | None = None,
+    stats: StageStats | None = None,
+) -> list[list[str]]:
+    """The LLM extractor's facts of each unit (`fact_units`), in one batched policy call."""
     if policy is None:
         raise ValueError("the 'llm' fact source needs an extraction policy")
+    if not units:
+        return []
     chats = []
-    for conv, turn in items:
+    for conv, turn, about, turns in units:
         session = conv.session(turn.session)
-        text = turn.text if not turn.image_caption else f"[{turn.image_caption}] {turn.text}"
         chats.append(
             render_fact_input(
-                [(turn.speaker, text)],
+                [(t.speaker, _shown_text(t)) for t in turns],
                 session_date=session.date_time_raw,
-                about=turn.speaker,
+                about=about,
                 style=style,
             )
         )

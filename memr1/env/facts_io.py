@@ -47,7 +47,7 @@ def render_fact_input(
         part of the utterance, e.g. ``"[shares a photo of a lake] We went here!"``.
       session_date: the session's date and time as text, used to resolve relative dates.
       about: when given, only facts about this person are asked for (one bank per speaker).
-      style: "full" or "compact".
+      style: "full", "compact" or "paper" (the full style's prompt).
 
     Returns:
       ``[system, user]`` messages.
@@ -56,7 +56,7 @@ def render_fact_input(
     dialogue = "\n".join(f"{one_line(speaker)}: {one_line(text)}" for speaker, text in turns)
     if about is None:
         focus = ""
-    elif style == "full":
+    elif style != "compact":
         focus = f"List only facts about {one_line(about)}.\n"
     else:
         focus = f"About: {one_line(about)}\n"

@@ -14,7 +14,7 @@ import jax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from memr1.env.policy import TextPolicy
+from memr1.env.policy import SamplingConfig, TextPolicy
 from memr1.models import config as model_config
 from memr1.models import transformer
 from memr1.models.hf_io import load_hf
@@ -110,3 +110,21 @@ def make_policy(
         max_prompt_tokens=max_prompt_tokens,
         name=name,
     )
+
+
+# A local judge's replies: greedy, up to a verdict's length (not an agent of the config).
+JUDGE_SAMPLING = SamplingConfig(temperature=0.0, max_new_tokens=128)
+
+
+def local_judge(backbone: Backbone, params: Any = None, *, batch_size: int):
+    """`prompts -> replies` of a model through the project's sampler (an LLM judge's backend,
+    `memr1.eval.judge_backends.backend_from_config`): each prompt one user message, greedy up to
+    `JUDGE_SAMPLING.max_new_tokens`, with the backbone's weights unless `params` are given."""
+    policy = make_policy(backbone, params, batch_size=batch_size, name="judge")
+
+    def complete(prompts: list[str]) -> list[str]:
+        chats = [[{"role": "user", "content": p}] for p in prompts]
+        done = policy.complete(chats, JUDGE_SAMPLING, key=jax.random.key(0))
+        return [samples[0].text for samples in done]
+
+    return complete

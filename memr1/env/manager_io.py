@@ -1,92 +1,50 @@
-"""Memory Manager input rendering, output parsing into validated ops, and target formatting.
+"""Memory Manager input rendering and target formatting; its replies are read by
+`memr1.env.manager_read` (re-exported here: the op types, `ManagerRules`, `parse_manager_output`).
 
 The manager sees the retrieved memories under ids 0..k-1, not their bank ids, so a model cannot
-learn or guess real ids; ``id_map`` maps the shown ids back. Parsing is the security boundary
-between model text and the memory bank, and it never raises:
-
-  * UPDATE, DELETE and NONE can only name a shown id; whatever else the text says (a huge,
-    negative or made-up id, or instructions written inside a memory) cannot reach another memory;
-  * each retrieved memory is changed at most once: the first valid op on an id wins;
-  * ADD ignores the id the model wrote and is capped at one per new fact, so a policy cannot
-    learn to pad the bank;
-  * every entry that breaks a rule becomes a NOOP whose ``invalid`` field names the rule, and
-    the counters add these up by kind (see :data:`COUNTER_KINDS`).
-
-The op list is looked for anywhere in the reply (fences, prose, single quotes, trailing commas,
-a bare list, a cut-off end: see :mod:`memr1.env.jsonish`); when several candidates are
-found, :func:`_select_entries` says which one wins.
-
-Invariant of :class:`ParsedOps`: ``counters[k]`` equals the number of ops with ``invalid == k``,
-so ``num_valid + sum(counters.values()) == len(ops)``. An unparseable reply gives one NOOP with
-``invalid == "unparseable"``; a reply with an empty op list gives no ops at all.
+learn or guess real ids; ``id_map`` maps the shown ids back.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 from memr1.env.collision import COLLIDES, collision_score
-from memr1.env.jsonish import Found, PartialDict, PartialList, find_values
+from memr1.env.manager_read import (
+    ADD,
+    COUNTER_KINDS,
+    DELETE,
+    KINDS,
+    MEMR1_RULES,
+    NOOP,
+    REPEATED_ID_RULES,
+    UPDATE,
+    ManagerOp,
+    ManagerRules,
+    ParsedOps,
+    parse_manager_output,
+)
 from memr1.env.prompts import Message, check_style, get_template, one_line
 
-ADD, UPDATE, DELETE, NOOP = "ADD", "UPDATE", "DELETE", "NOOP"
-KINDS = (ADD, UPDATE, DELETE, NOOP)
-# Event names as the model may spell them, after upper-casing and dropping ' ', '_' and '-'.
-_EVENTS = {"ADD": ADD, "UPDATE": UPDATE, "DELETE": DELETE, "NONE": NOOP, "NOOP": NOOP}
+__all__ = [
+    "ADD",
+    "COUNTER_KINDS",
+    "DELETE",
+    "KINDS",
+    "MEMR1_RULES",
+    "NOOP",
+    "REPEATED_ID_RULES",
+    "UPDATE",
+    "ManagerOp",
+    "ManagerRules",
+    "ParsedOps",
+    "format_manager_output",
+    "parse_manager_output",
+    "render_manager_input",
+]
+
 _EVENT_SPELLING = {ADD: "ADD", UPDATE: "UPDATE", DELETE: "DELETE", NOOP: "NONE"}
-_LIST_KEYS = ("memory", "memories")
-_INT_TEXT = re.compile(r"[+-]?\d+")
-
-COUNTER_KINDS = (
-    "unparseable",  # no op list could be read from the reply
-    "truncated",  # an entry cut off by the end of the reply
-    "bad_entry",  # a list item that is not an object
-    "bad_event",  # event missing or not one of ADD/UPDATE/DELETE/NONE/NOOP
-    "bad_id",  # UPDATE/DELETE id missing or not an integer
-    "unknown_id",  # UPDATE/DELETE id that is an integer but not a shown id
-    "duplicate_id",  # a second op on an id that already has a valid op
-    "empty_text",  # ADD/UPDATE text missing, blank or not a string
-    "excess_add",  # an ADD beyond one per new fact
-)
-
-
-@dataclass(frozen=True)
-class ManagerOp:
-    """One validated operation, in bank ids.
-
-    Attributes:
-      kind: ADD, UPDATE, DELETE or NOOP.
-      target: the real memory id for UPDATE/DELETE (and for a NOOP naming a shown id), else None.
-      text: the memory text (the full merged text for UPDATE); "" for a rejected entry.
-      old_memory: the previous text the model quoted for UPDATE, when it gave one.
-      invalid: the counter kind that turned this entry into a NOOP, or None for a valid op.
-    """
-
-    kind: str
-    target: int | None = None
-    text: str = ""
-    old_memory: str | None = None
-    invalid: str | None = None
-
-
-@dataclass(frozen=True)
-class ParsedOps:
-    """The ops read from one manager reply, in reply order, and the rejects counted by kind."""
-
-    ops: list[ManagerOp]
-    counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTER_KINDS, 0))
-    truncated_list: bool = False
-
-    @property
-    def num_valid(self) -> int:
-        return sum(op.invalid is None for op in self.ops)
-
-    def effective(self) -> list[ManagerOp]:
-        """The ops that change the bank (valid ADD, UPDATE and DELETE)."""
-        return [op for op in self.ops if op.invalid is None and op.kind != NOOP]
 
 
 def _json_rows(items: Sequence) -> str:
@@ -140,6 +98,10 @@ def render_manager_input(
     if style == "full":
         memories = _json_rows([{"id": str(i), "text": text} for i, text in shown])
         fact_block = _json_rows(list(facts))
+    elif style == "paper":
+        # Mem0's layout: the old memory as a JSON list, the facts as one JSON list on the line.
+        memories = _json_rows([{"id": str(i), "text": text} for i, text in shown])
+        fact_block = json.dumps([one_line(fact) for fact in facts], ensure_ascii=False)
     else:
         # Quoted as the reply will quote them: a byte-level BPE cuts "Nadia after a quote and
         # " Nadia" after a space into different tokens, so an unquoted fact would have to be
@@ -151,7 +113,7 @@ def render_manager_input(
         fact_block = "\n".join(f"- {_quoted(fact)}" for fact in facts) or "(none)"
     if session_date is None:
         date_line = ""
-    elif style == "full":
+    elif style != "compact":
         date_line = f"Date of the conversation: {one_line(session_date)}\n\n"
     else:
         date_line = f"Date: {one_line(session_date)}\n"
@@ -171,7 +133,7 @@ def format_manager_output(
     """The reply a manager should write for ``ops`` (in real ids): SFT targets and test inputs.
 
     ADD entries get the shown ids after the retrieved ones (k, k+1, ...), as the prompt asks.
-    "full" writes one entry per line; "compact" writes the whole object on one line.
+    "full" and "paper" write one entry per line; "compact" the whole object on one line.
     ``op_first`` writes each entry's "event" first (the paper's order puts it after the text):
     a policy sampling such a reply chooses its operation on the entry's first word, where the
     other order chooses it after the id and the text. The parser reads either order.
@@ -201,174 +163,6 @@ def format_manager_output(
         if op.kind == UPDATE and op.old_memory is not None:
             entry["old_memory"] = op.old_memory
         entries.append(entry)
-    if style == "full":
+    if style != "compact":
         return '{"memory": ' + _json_rows(entries) + "}"
     return json.dumps({"memory": entries}, ensure_ascii=False)
-
-
-def _keyed(entry: dict) -> dict:
-    """The entry with keys stripped and lower-cased (the first spelling of a key wins)."""
-    out: dict = {}
-    for key, value in entry.items():
-        out.setdefault(str(key).strip().lower(), value)
-    return out
-
-
-def _op_list(value) -> list | None:
-    """The op list held by a ``{"memory": [...]}`` object, looking a few levels down."""
-    if isinstance(value, dict):
-        keyed = _keyed(value)
-        for key in _LIST_KEYS:
-            held = keyed.get(key)
-            if isinstance(held, list):
-                return held
-            if isinstance(held, dict) and "event" in _keyed(held):
-                return [held]
-        for inner in value.values():
-            if isinstance(inner, dict) and (found := _op_list(inner)) is not None:
-                return found
-    return None
-
-
-def _is_op_dict(value) -> bool:
-    return isinstance(value, dict) and "event" in _keyed(value)
-
-
-def _select_entries(found: list[Found]) -> list | None:
-    """Picks the op list out of the values found in a reply.
-
-    Preference: the last object with a "memory" list; else the last non-empty bare list of
-    objects with at least one "event"; else every top-level object with an "event", in order
-    (one op per line); else an empty bare list (no ops); else None (unparseable). The last
-    candidate wins because a model that drafts, or echoes the prompt's example, writes its final
-    answer last.
-    """
-    held = [v for f in found if (v := _op_list(f.value)) is not None]
-    if held:
-        return held[-1]
-    bare = [
-        f.value
-        for f in found
-        if isinstance(f.value, list)
-        and f.value
-        and all(isinstance(item, dict) for item in f.value)
-        and any(_is_op_dict(item) for item in f.value)
-    ]
-    if bare:
-        return bare[-1]
-    loose = [f.value for f in found if _is_op_dict(f.value)]
-    if loose:
-        return loose
-    if any(f.value == [] and f.complete for f in found):
-        return []
-    return None
-
-
-def _shown_id(value) -> tuple[int | None, str | None]:
-    """(shown id, None) for an integer-like id, else (None, counter kind)."""
-    if isinstance(value, bool) or value is None:
-        return None, "bad_id"
-    if isinstance(value, float):
-        if value != value:  # NaN
-            return None, "bad_id"
-        if value in (float("inf"), float("-inf")):
-            return None, "unknown_id"
-        if not value.is_integer():
-            return None, "bad_id"
-        value = int(value)
-    if isinstance(value, str):
-        text = value.strip()
-        if not _INT_TEXT.fullmatch(text):
-            return None, "bad_id"
-        if len(text) > 20:  # far beyond any shown id; skip converting a huge digit string
-            return None, "unknown_id"
-        value = int(text)
-    if isinstance(value, int):
-        return value, None
-    return None, "bad_id"
-
-
-def _text(value) -> str:
-    return value.strip() if isinstance(value, str) else ""
-
-
-def parse_manager_output(text: str, id_map: Mapping[int, int], *, new_fact_count: int) -> ParsedOps:
-    """Reads a manager reply into validated ops in real ids. Never raises.
-
-    Args:
-      text: the model's reply.
-      id_map: ``shown_id -> real_id`` from :func:`render_manager_input`.
-      new_fact_count: the number of new facts shown; at most this many ADDs are accepted.
-
-    Returns:
-      The ops (invalid entries become NOOPs with ``invalid`` set) and the counters; see the
-      module docstring for the invariant.
-    """
-    counters = dict.fromkeys(COUNTER_KINDS, 0)
-    if not isinstance(text, str):
-        text = ""
-    entries = _select_entries(find_values(text))
-    if entries is None:
-        counters["unparseable"] = 1
-        return ParsedOps([ManagerOp(NOOP, invalid="unparseable")], counters)
-
-    ops: list[ManagerOp] = []
-    taken: set[int] = set()
-    adds = 0
-
-    def reject(kind: str) -> None:
-        counters[kind] += 1
-        ops.append(ManagerOp(NOOP, invalid=kind))
-
-    for entry in entries:
-        if isinstance(entry, PartialDict):
-            reject("truncated")
-            continue
-        if not isinstance(entry, dict):
-            reject("bad_entry")
-            continue
-        keyed = _keyed(entry)
-        event = keyed.get("event")
-        name = re.sub(r"[\s_\-]", "", event.upper()) if isinstance(event, str) else None
-        kind = _EVENTS.get(name)
-        if kind is None:
-            reject("bad_event")
-            continue
-        body = _text(keyed.get("text"))
-        old = keyed.get("old_memory")
-        old = old.strip() if isinstance(old, str) else None
-        if kind == ADD:
-            if not body:
-                reject("empty_text")
-            elif adds >= new_fact_count:
-                reject("excess_add")
-            else:
-                adds += 1
-                ops.append(ManagerOp(ADD, None, body))
-            continue
-        shown, problem = _shown_id(keyed.get("id"))
-        if problem is None and shown not in id_map:
-            problem = "unknown_id"
-        if kind == NOOP:
-            # A NOOP changes nothing, so a bad id is harmless; it still claims a good id, as
-            # the first word on a memory stands.
-            target = id_map[shown] if problem is None else None
-            if target is not None and target in taken:
-                reject("duplicate_id")
-                continue
-            if target is not None:
-                taken.add(target)
-            ops.append(ManagerOp(NOOP, target, body))
-            continue
-        if problem is not None:
-            reject(problem)
-            continue
-        target = id_map[shown]
-        if target in taken:
-            reject("duplicate_id")
-        elif kind == UPDATE and not body:
-            reject("empty_text")
-        else:
-            taken.add(target)
-            ops.append(ManagerOp(kind, target, body, old if kind == UPDATE else None))
-    return ParsedOps(ops, counters, truncated_list=isinstance(entries, PartialList))

@@ -1,5 +1,6 @@
 """The manager stage's reward: apply G sampled manager outputs to G copies of a bank, let a
-frozen Answer Agent answer the linked questions over each copy, and score exact match.
+frozen Answer Agent answer the linked questions over each copy, and score its answers with the
+run's answer reward (`train.reward`: exact match by default, as the paper).
 
 The bank work is batched and jitted: the G candidates of a state become G banks built by one
 `vmap(apply_ops)` (each candidate's ops padded with NOOPs to a common N). Answering is
@@ -19,11 +20,19 @@ import numpy as np
 
 from memr1 import memory as mem
 from memr1.env.answer import AnswerConfig, answer_over_banks
-from memr1.env.manager_io import NOOP, ManagerOp, parse_manager_output
+from memr1.env.manager_io import (
+    MEMR1_RULES,
+    NOOP,
+    ManagerOp,
+    ManagerRules,
+    ParsedOps,
+    parse_manager_output,
+)
 from memr1.env.memory_store import BankSpec, BankView, EmbedFn, host_arrays
 from memr1.env.policy import TextPolicy
 from memr1.env.stats import StageStats
 from memr1.eval.metrics import exact_match
+from memr1.eval.reward import EXACT_MATCH, AnswerReward
 
 _KINDS = {"NOOP": mem.NOOP, "ADD": mem.ADD, "UPDATE": mem.UPDATE, "DELETE": mem.DELETE}
 
@@ -45,17 +54,23 @@ class ManagerState:
 
 @dataclasses.dataclass(frozen=True)
 class RewardEnv:
-    """How the frozen Answer Agent scores a bank: evaluation's Algorithm 3 settings.
+    """The manager stage's environment: how a reply is read and how the frozen Answer Agent
+    scores the bank it writes (evaluation's Algorithm 3 settings).
 
     answer: retrieval depth, prompt style, distillation and sampling (temperature, token budget),
       built from the config exactly as `memr1.evaluate` builds them.
     bank: capacity, text bytes, overflow policy and retriever of the candidate banks.
+    reward: the answer reward (`train.reward`) of each answer over a candidate bank.
+    rules: what the manager is shown and how its reply is read (`ManagerRules`, the `agents`
+      section), as evaluation's ingest reads it.
     """
 
     answerer: TextPolicy
     embed: EmbedFn
     answer: AnswerConfig
     bank: BankSpec
+    reward: AnswerReward = EXACT_MATCH
+    rules: ManagerRules = MEMR1_RULES
 
 
 @dataclasses.dataclass
@@ -92,10 +107,15 @@ _apply_candidates = jax.jit(jax.vmap(mem.apply_ops, in_axes=(None, 0)))
 
 
 def candidate_ops(
-    state: ManagerState, text: str, id_map: dict[int, int], bank, embed: EmbedFn
-) -> tuple[list, list[ManagerOp]]:
+    state: ManagerState,
+    text: str,
+    id_map: dict[int, int],
+    bank,
+    embed: EmbedFn,
+    rules: ManagerRules = MEMR1_RULES,
+) -> tuple[list, ParsedOps]:
     """Parses one sampled manager output into bank ops (host numpy Ops) for `bank`."""
-    parsed = parse_manager_output(text, id_map, new_fact_count=len(state.facts))
+    parsed = parse_manager_output(text, id_map, new_fact_count=len(state.facts), rules=rules)
     effective = parsed.effective()
     texts = [op.text for op in effective if op.kind in ("ADD", "UPDATE")]
     embs = iter(embed(texts)) if texts else iter(())
@@ -114,7 +134,7 @@ def candidate_ops(
                 turn=state.turn,
             )
         )
-    return ops, parsed.ops
+    return ops, parsed
 
 
 def _pad_ops(groups: list[list], bank) -> object:
@@ -138,8 +158,8 @@ def is_malformed(ops: Sequence[ManagerOp]) -> bool:
 
 def candidate_banks(
     state: ManagerState, outputs: Sequence[str], env: RewardEnv
-) -> tuple[list[BankView], list[list[ManagerOp]]]:
-    """The bank each of G outputs writes (as views the answerer reads) and its parsed ops.
+) -> tuple[list[BankView], list[ParsedOps]]:
+    """The bank each of G outputs writes (as views the answerer reads) and its parsed reply.
 
     Raises:
       memr1.memory.BankOverflowError: a candidate filled a bank whose overflow policy is
@@ -149,7 +169,7 @@ def candidate_banks(
     id_map = dict(enumerate(id_of[i] for i in state.retrieved if i in id_of))
     groups, parsed = [], []
     for text in outputs:
-        ops, ops_parsed = candidate_ops(state, text, id_map, bank, env.embed)
+        ops, ops_parsed = candidate_ops(state, text, id_map, bank, env.embed, env.rules)
         groups.append(ops)
         parsed.append(ops_parsed)
     banks = _apply_candidates(bank, _pad_ops(groups, bank))
@@ -169,21 +189,27 @@ def manager_rewards(
     *,
     key: jax.Array,
 ) -> Rewards:
-    """Exact-match rewards of G manager outputs for each of B states.
+    """Rewards of G manager outputs for each of B states, under the answer reward `env.reward`.
 
-    The reward of output g of state b is the mean EM of the frozen answerer over the questions
-    linked to b, each answered over the bank output g writes (0 when b has no linked question).
+    The reward of output g of state b is the mean answer reward (`train.reward`: EM by
+    default) of the frozen answerer over the questions linked to b, each answered over the bank
+    output g writes (0 when b has no linked question). All B·G·Q answers of the call are scored
+    in one reward call (a judge sees each distinct triple once).
     A malformed reply (``is_malformed``) scores 0 whatever the answers over its bank: the
     environment cannot execute it, so the episode fails, as a format failure does in R1-style
     outcome rewards. Without this rule an unreadable reply scores like a NOOP, and a manager that
     cannot yet write correct memories learns to emit garbage, which never damages the bank.
 
-    Stats: `malformed_frac` (share of the B·G replies that are malformed), `answerer_cut_frac`
+    Stats: `em` (the same mean with exact match, whatever the reward: the paper's metric),
+    `malformed_frac` (share of the B·G replies that are malformed), `duplicate_id_frac` and
+    `extra_add_frac` (share of the replies that name a shown id twice, or ADD more than once per
+    new fact: those `env.rules` change under memr1's rules), `answerer_cut_frac`
     (share of the answerer's replies cut by its token budget before **Answer:**, which score 0
     whatever the bank), `answerer_no_marker_frac` and `answerer_prompt_cut_frac` (share of its
     prompts that dropped their lowest-ranked memories to fit agents.max_prompt_tokens) and
     `answerer_distinct_frac` (share of its prompts it had to answer: under greedy decoding a
-    prompt that recurs over the G candidate banks is answered once, `answer_over_banks`).
+    prompt that recurs over the G candidate banks is answered once, `answer_over_banks`), and
+    the reward's own (a judge's `judge_unparseable_frac`, `judge_distinct_frac`).
     """
     sizes = {len(group) for group in outputs}
     if len(states) != len(outputs) or len(sizes) > 1:
@@ -193,40 +219,56 @@ def manager_rewards(
         )
     g_size = sizes.pop() if sizes else 0
     questions, golds, banks, where = [], [], [], []
-    parsed_all = []
+    replies_read: list[list[ParsedOps]] = []
     for b, (state, group) in enumerate(zip(states, outputs)):
         views, parsed = candidate_banks(state, group, env)
-        parsed_all.append(parsed)
+        replies_read.append(parsed)
         for g, view in enumerate(views):
             for question, gold in state.qa:
                 questions.append(question)
                 golds.append(gold)
                 banks.append(view)
                 where.append((b, g))
-    sums = np.zeros((len(states), g_size), np.float64)
-    counts = np.zeros((len(states), g_size), np.float64)
     answering = StageStats()
     _, replies = answer_over_banks(
         questions, banks, embed=env.embed, answerer=env.answerer, cfg=env.answer, key=key,
         stats=answering,
     )  # fmt: skip
-    for (b, g), reply, gold in zip(where, replies, golds):
-        sums[b, g] += exact_match(reply.answer, gold)
-        counts[b, g] += 1
-    rewards = np.where(counts > 0, sums / np.maximum(counts, 1), 0.0)
+    answers = [reply.answer for reply in replies]
+    scored = env.reward(questions, golds, answers)
+    em = [exact_match(answer, gold) for answer, gold in zip(answers, golds)]
+    shape = (len(states), g_size)
     malformed = np.array(
-        [[is_malformed(ops) for ops in parsed] for parsed in parsed_all], bool
-    ).reshape(len(states), g_size)
-    rewards = np.where(malformed, 0.0, rewards).astype(np.float32)
+        [[is_malformed(p.ops) for p in parsed] for parsed in replies_read], bool
+    ).reshape(shape)
+    rewards = _per_sample(where, scored.scores, shape, malformed)
     n_replies = max(len(replies), 1)
+    n_samples = max(len(states) * g_size, 1)
+    read = [p for parsed in replies_read for p in parsed]
     stats = {
+        "em": float(_per_sample(where, em, shape, malformed).mean()) if rewards.size else 0.0,
         "malformed_frac": float(malformed.mean()) if malformed.size else 0.0,
+        "duplicate_id_frac": sum(p.repeated_ids > 0 for p in read) / n_samples,
+        "extra_add_frac": sum(p.extra_adds > 0 for p in read) / n_samples,
         "answerer_cut_frac": sum(r.cut for r in replies) / n_replies,
         "answerer_no_marker_frac": sum(r.used_fallback for r in replies) / n_replies,
         "answerer_prompt_cut_frac": sum(r.prompt_cut for r in replies) / n_replies,
         "answerer_distinct_frac": answering.counters["answers"]["distinct_prompts"] / n_replies,
+        **scored.stats,
     }
-    return Rewards(rewards, parsed_all, stats)
+    parsed_ops = [[p.ops for p in parsed] for parsed in replies_read]
+    return Rewards(rewards, parsed_ops, stats)
+
+
+def _per_sample(where, scores, shape, malformed) -> np.ndarray:
+    """f32 [B, G]: the mean score of each sample's answers (0 without any, or malformed)."""
+    sums = np.zeros(shape, np.float64)
+    counts = np.zeros(shape, np.float64)
+    for (b, g), score in zip(where, scores):
+        sums[b, g] += float(score)
+        counts[b, g] += 1
+    out = np.where(counts > 0, sums / np.maximum(counts, 1), 0.0)
+    return np.where(malformed, 0.0, out).astype(np.float32)
 
 
 # The operations a sample can hold, as signal_by_op names them (NONE: no effective op).

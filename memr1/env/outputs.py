@@ -62,6 +62,9 @@ def operation_summary(run: RunOutput, gold_ops: Mapping | None) -> dict:
     out: dict[str, Any] = {
         "ops": counters.get("ops", {}),
         "invalid_ops": counters.get("invalid_ops", {}),
+        # Manager replies that name a shown id twice or ADD more than once per fact: those
+        # `agents.repeated_id` / `agents.adds_per_fact` read differently (env.manager_io).
+        "manager_replies": counters.get("manager_replies", {}),
         "banks": {
             sid: {"size": len(m.memories()), "counters": mem.counters(m.bank)}
             for sid, m in run.memories.items()

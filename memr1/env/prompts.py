@@ -9,8 +9,14 @@ Three prompts, each in two styles:
 
 The "full" style is for instruction-tuned LLMs. The "compact" style says the same in a few lines,
 for the tiny CPU demo models whose context is a few hundred tokens; it keeps the same fields and
-the same output format, so one parser reads both. The LoCoMo judge prompt lives in
-:mod:`memr1.eval.judge` (``build_judge_prompt``).
+the same output format, so one parser reads both. The "paper" style is what the paper shows its
+agents (its Figures 9-11, in our own words): the manager gets Mem0's update prompt, trimmed (the
+four operations, when to use each and one example of each, the old memory and the new facts as
+JSON, no date), and the Answer Agent the paper's instructions (look for direct evidence, do not
+mix up the speakers, the most recent memory wins, relative time becomes a date from the
+memory's timestamp) and its step-by-step approach, so an instruction-tuned model may reason
+before the answer; it is still read from the last ``**Answer:**``. Its fact extraction is the
+full style's. The LoCoMo judge prompt lives in :mod:`memr1.eval.judge` (``build_judge_prompt``).
 
 A template is a constant system message plus a user message with ``str.format`` fields. System
 messages have no fields, so their JSON examples need no brace escaping; user templates hold no
@@ -23,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-STYLES = ("full", "compact")
+STYLES = ("full", "compact", "paper")
 AGENTS = ("facts", "manager", "answer", "answer_direct")
 # What the Answer Agent writes before its final answer; only the text after the last one is scored.
 ANSWER_MARKER = "**Answer:**"
@@ -189,6 +195,105 @@ _ANSWER_DIRECT_COMPACT = Template(
     user="{memories}\nQ: {question}",
 )
 
+_MANAGER_PAPER = Template(
+    system="""\
+You are in charge of the memory of an assistant. You can change it in four ways: (1) add to it, \
+(2) update it, (3) delete from it, (4) leave it as it is.
+
+Compare the new facts with the old memory. For each fact decide whether to:
+- ADD: store it as a new memory element
+- UPDATE: change an existing memory element
+- DELETE: remove an existing memory element
+- NONE: change nothing (the fact is already stored, or not worth storing)
+
+1. ADD: when a fact holds information the memory does not, add it under a new id.
+  Old memory: [{"id": "0", "text": "Works as a pilot"}]
+  New facts: ["Is called Maria"]
+  New memory:
+  {"memory": [{"id": "0", "text": "Works as a pilot", "event": "NONE"}, \
+{"id": "1", "text": "Is called Maria", "event": "ADD"}]}
+
+2. UPDATE: when a fact is about something the memory already holds but says it differently or \
+with more detail, keep the more detailed version. "Enjoys swimming" and the fact "Enjoys \
+swimming in the sea on Sundays": update the memory with the fact. "Likes green tea" and the fact \
+"Loves green tea": they say the same, so do not update. Keep the id, and put the previous text \
+in "old_memory".
+  Old memory: [{"id": "0", "text": "Likes green tea"}, {"id": "1", "text": "Enjoys swimming"}]
+  New facts: ["Also likes jasmine tea", "Enjoys swimming in the sea on Sundays"]
+  New memory:
+  {"memory": [{"id": "0", "text": "Likes green tea and jasmine tea", "event": "UPDATE", \
+"old_memory": "Likes green tea"}, {"id": "1", "text": "Enjoys swimming in the sea on Sundays", \
+"event": "UPDATE", "old_memory": "Enjoys swimming"}]}
+
+3. DELETE: when a fact contradicts a memory, delete that memory, under its own id (never a new \
+one).
+  Old memory: [{"id": "0", "text": "Owns a red car"}]
+  New facts: ["Sold the red car and owns no car"]
+  New memory:
+  {"memory": [{"id": "0", "text": "Owns a red car", "event": "DELETE"}]}
+
+4. NONE: when the memory already holds the fact, change nothing.
+  Old memory: [{"id": "0", "text": "Is called Maria"}]
+  New facts: ["Is called Maria"]
+  New memory:
+  {"memory": [{"id": "0", "text": "Is called Maria", "event": "NONE"}]}
+
+Reply with the new memory as one JSON object of that form.""",
+    user="""\
+{date_line}Old memory:
+{memories}
+
+New facts: {facts}
+
+New memory:""",
+)
+
+_ANSWER_PAPER_INTRO = """\
+You are a careful assistant that answers questions from the memories of a conversation.
+
+Context: you are given memories of the two people in the conversation. Each memory starts with \
+the date and time of the session it comes from; those timestamps may decide the answer.
+
+Instructions:
+1. Read every memory of both people.
+2. Look closely at the timestamps.
+3. When the question is about a particular event or fact, look for a memory that states it.
+4. When memories contradict each other, trust the most recent one.
+5. When the question or a memory uses relative time ("last year", "two weeks ago"), work out \
+the actual date from the memory's timestamp.
+6. Always write relative time as a specific date, month or year.
+7. Use only what the memories say, and do not mix up the two people.
+8. Keep the answer under 5-6 words."""
+
+_ANSWER_PAPER = Template(
+    system=_ANSWER_PAPER_INTRO
+    + """
+9. First write out the memories that help answer the question.
+10. Write the final answer after **Answer:**.
+
+Approach (step by step):
+1. Go through the relevant memories.
+2. Check their timestamps.
+3. Find the statements that answer the question.
+4. Turn relative time into dates where needed.
+5. Work out a short answer.
+6. Check that it is right.
+7. Make the final answer specific.
+8. Write the useful memories before the answer.""",
+    user="{memories}\n\nQuestion: {question}",
+)
+
+_ANSWER_DIRECT_PAPER = Template(
+    system=_ANSWER_PAPER_INTRO
+    + """
+9. Write the final answer after **Answer:**.
+
+Approach (step by step): go through the relevant memories and their timestamps, find the \
+statements that answer the question, turn relative time into dates, then write a short, \
+specific answer.""",
+    user="{memories}\n\nQuestion: {question}",
+)
+
 _TEMPLATES = {
     ("facts", "full"): _FACTS_FULL,
     ("facts", "compact"): _FACTS_COMPACT,
@@ -198,6 +303,10 @@ _TEMPLATES = {
     ("answer", "compact"): _ANSWER_COMPACT,
     ("answer_direct", "full"): _ANSWER_DIRECT_FULL,
     ("answer_direct", "compact"): _ANSWER_DIRECT_COMPACT,
+    ("facts", "paper"): _FACTS_FULL,
+    ("manager", "paper"): _MANAGER_PAPER,
+    ("answer", "paper"): _ANSWER_PAPER,
+    ("answer_direct", "paper"): _ANSWER_DIRECT_PAPER,
 }
 
 

@@ -1,9 +1,11 @@
 """Rollouts of the two Memory-R1 stages: sample G outputs per state and score them.
 
-Answer stage: state = (question, retrieved memories of both speakers); reward = exact match of
-the text after the last **Answer:** with the gold answer. Manager stage: state = (bank before
-turn t, facts of turn t, QA linked to t); reward = exact match of a FROZEN Answer Agent over the
-bank each sampled output produces, answered as evaluation answers (memr1.env.manager_reward).
+Answer stage: state = (question, retrieved memories of both speakers); reward = the run's answer
+reward (`train.reward`, `memr1.eval.reward`: exact match by default, as the paper) of the text
+after the last **Answer:** against the gold answer. Manager stage: state = (bank before turn t,
+facts of turn t, QA linked to t); reward = the same answer reward of a FROZEN Answer Agent over
+the bank each sampled output produces, answered as evaluation answers
+(memr1.env.manager_reward).
 Both return the completions grouped per state with rewards [B, G] and rollout statistics, ready
 for `pack_rollout`.
 """
@@ -24,6 +26,7 @@ from memr1.env.manager_io import render_manager_input
 from memr1.env.manager_reward import ManagerState, RewardEnv, manager_rewards, signal_by_op
 from memr1.env.policy import Completion, SamplingConfig, TextPolicy
 from memr1.eval.metrics import exact_match, token_f1
+from memr1.eval.reward import EXACT_MATCH, AnswerReward
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,13 +46,13 @@ def answer_messages(state: AnswerState, *, style: str, distill: bool):
     )
 
 
-def manager_messages(state: ManagerState, *, style: str):
-    """The manager prompt of a state (ids shown 0..k-1 in retrieval order)."""
+def manager_messages(state: ManagerState, *, style: str, show_date: bool = True):
+    """The manager prompt of a state (ids shown 0..k-1 in retrieval order), with the
+    conversation's date when `show_date` (`ManagerRules.show_date`)."""
     by_id = {m["id"]: m["text"] for m in state.bank}
     retrieved = [(i, by_id[i]) for i in state.retrieved if i in by_id]
-    messages, _ = render_manager_input(
-        list(state.facts), retrieved, style=style, session_date=state.session_date
-    )
+    date = state.session_date if show_date else None
+    messages, _ = render_manager_input(list(state.facts), retrieved, style=style, session_date=date)
     return messages
 
 
@@ -63,29 +66,36 @@ def answer_rollout(
     key: jax.Array,
     style: str,
     distill: bool = True,
+    reward: AnswerReward = EXACT_MATCH,
 ) -> tuple[list[list[Completion]], np.ndarray, dict[str, float]]:
-    """G sampled answers per state, with their exact-match rewards [B, G] (stats: their mean EM
-    and token F1, as evaluation scores them; validation reads both at G = 1, greedily)."""
+    """G sampled answers per state, with their rewards [B, G] under `reward` (`train.reward`;
+    stats: the step's mean reward, and the mean EM and token F1 as evaluation scores them,
+    whatever the reward; validation reads them at G = 1, greedily)."""
     chats = [answer_messages(s, style=style, distill=distill) for s in states]
     start = time.perf_counter()
     # One decode copy of the weights for all of the rollout's sampler calls.
     policy = policy.decode_copy(params)
     groups = policy.complete(chats, sampling, key=key, num_samples=group_size)
     sampled = time.perf_counter()
-    rewards = np.zeros((len(states), group_size), np.float32)
-    fallbacks, f1 = 0, 0.0
-    for b, (state, group) in enumerate(zip(states, groups)):
-        for g, c in enumerate(group):
+    questions, golds, answers = [], [], []
+    fallbacks = 0
+    for state, group in zip(states, groups):
+        for c in group:
             answer, fallback = extract_final_answer(c.text)
             fallbacks += fallback
-            rewards[b, g] = exact_match(answer, state.gold)
-            f1 += token_f1(answer, state.gold)
+            questions.append(state.question)
+            golds.append(state.gold)
+            answers.append(answer)
+    scored = reward(questions, golds, answers)
+    rewards = scored.scores.reshape(len(states), group_size)
+    n = max(len(answers), 1)
     lengths = [len(c.ids) for group in groups for c in group]
     stats = {
         "reward": float(rewards.mean()),
-        "em": float(rewards.mean()),
-        "f1": f1 / rewards.size,
-        "no_marker_frac": fallbacks / rewards.size,
+        "em": sum(exact_match(a, g) for a, g in zip(answers, golds)) / n,
+        "f1": sum(token_f1(a, g) for a, g in zip(answers, golds)) / n,
+        **scored.stats,
+        "no_marker_frac": fallbacks / n,
         "response_length": float(np.mean(lengths)),
         "truncated_frac": float(np.mean([not c.finished for g in groups for c in g])),
         "prompt_truncated_frac": prompt_truncated_frac(groups),
@@ -113,8 +123,9 @@ def manager_rollout(
     style: str,
     env: RewardEnv,
 ) -> tuple[list[list[Completion]], np.ndarray, dict[str, float]]:
-    """G sampled manager outputs per state, rewarded through the frozen answerer of `env`."""
-    chats = [manager_messages(s, style=style) for s in states]
+    """G sampled manager outputs per state, shown and read under `env.rules` and rewarded
+    through the frozen answerer of `env` with its answer reward."""
+    chats = [manager_messages(s, style=style, show_date=env.rules.show_date) for s in states]
     sample_key, answer_key = jax.random.split(key)
     start = time.perf_counter()
     # One decode copy of the policy's weights for all of its sampler calls, then the policy's

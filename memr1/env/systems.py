@@ -44,7 +44,10 @@ def system_spec(name: str, ingest_cfg: IngestConfig, answer_cfg: AnswerConfig) -
     if name not in SYSTEMS:
         raise ValueError(f"unknown system {name!r}; expected one of {SYSTEMS}")
     if name == "locomo_rag":
-        ingest_cfg = dataclasses.replace(ingest_cfg, fact_source="turn", use_manager=False)
+        # The raw utterances, one memory each: there is no extractor to read pairs.
+        ingest_cfg = dataclasses.replace(
+            ingest_cfg, fact_source="turn", extract_from="utterance", use_manager=False
+        )
         answer_cfg = dataclasses.replace(answer_cfg, distill=False)
     elif name == "mem0":
         ingest_cfg = dataclasses.replace(ingest_cfg, use_manager=True)

@@ -6,4 +6,5 @@ judge             the LoCoMo LLM judge (J): prompt, verdict parsing, batch scori
 judge_backends    where judge prompts go: an OpenAI-compatible HTTP server or any callable
 longmemeval_judge LongMemEval's per-question-type yes/no judge and its summary
 aggregate         per-category and overall tables under both category labellings
+reward            the RL answer reward (train.reward): em, em_normalized, f1 or the judge's verdict
 """

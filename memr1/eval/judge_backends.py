@@ -27,6 +27,36 @@ class JudgeBackendError(RuntimeError):
     """A judge backend could not produce completions."""
 
 
+JUDGE_KINDS = ("none", "openai", "local")
+
+
+def backend_from_config(
+    judge, local: Callable[[list[str]], list[str]] | None = None
+) -> JudgeBackend | None:
+    """The judge backend of a config's `judge` section (None for kind "none").
+
+    "openai" builds the chat-completions client from `judge.base_url`, `judge.model` and the key
+    in the variable `judge.api_key_env` (refused by name when one is missing, before any request
+    or model load); "local" wraps `local`, the caller's `prompts -> replies` function over the
+    project's sampler (evaluation's backbone, or the trainer's frozen copy of the start weights).
+    """
+    kind = judge.kind
+    if kind not in JUDGE_KINDS:
+        raise ValueError(f"config judge.kind={kind!r} is not one of {list(JUDGE_KINDS)}")
+    if kind == "none":
+        return None
+    if kind == "openai":
+        for field in ("base_url", "model"):
+            if not judge[field]:
+                raise ValueError(f"config judge.kind='openai' needs judge.{field}")
+        # An empty key variable name is a server that needs no key (a local vLLM, llama.cpp).
+        key_env = judge.api_key_env or None
+        return OpenAICompatibleBackend(judge.base_url, judge.model, api_key_env=key_env)
+    if local is None:
+        raise ValueError("config judge.kind='local' needs a local model to judge with")
+    return CallableBackend(local, name="local")
+
+
 @runtime_checkable
 class JudgeBackend(Protocol):
     """Turns a batch of prompts into one completion each, in the same order."""
@@ -183,7 +213,7 @@ class OpenAICompatibleBackend:
             request = urllib.request.Request(self.url, data=payload, headers=headers)
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                    return self._read_content(response.read())
+                    raw = response.read()
             except urllib.error.HTTPError as err:
                 snippet = err.read()[:_BODY_SNIPPET_CHARS].decode("utf-8", "replace")
                 last_error = f"HTTP {err.code} from {self.url}: {snippet}"
@@ -199,6 +229,13 @@ class OpenAICompatibleBackend:
                     last_error = f"could not reach {self.url}: {err.reason}"
             except OSError as err:  # connection reset or refused after the URL layer
                 last_error = f"could not reach {self.url}: {err}"
+            else:
+                try:
+                    return self._read_content(raw)
+                except JudgeBackendError as err:
+                    # A body that is not a chat completion (a proxy's error page, a cut-off
+                    # reply) is a transient fault as often as a wrong endpoint: try again.
+                    last_error = str(err)
         raise JudgeBackendError(f"judge request gave up after {attempts} attempts: {last_error}")
 
     def _read_content(self, raw: bytes) -> str:

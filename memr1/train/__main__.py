@@ -17,7 +17,14 @@ into the same batches; `memr1.train.sft.read_sft_pairs`).
 The partner agent is frozen while one trains (the paper's choice): the manager stage's reward
 comes from the Answer Agent of --answer_checkpoint (the backbone's own weights if unset).
 Checkpoints (Orbax) go to WORKDIR/checkpoints, written asynchronously, and resume automatically;
-metrics to WORKDIR/logs (TensorBoard + metrics.jsonl).
+metrics to WORKDIR/logs (TensorBoard + metrics.jsonl) and, with --config.train.wandb_project,
+to Weights & Biases (files in WORKDIR/wandb; a restart resumes the same W&B run:
+`memr1.train.wandb_log`).
+
+Reward: --config.train.reward=em (the paper's, default) | em_normalized | f1 | judge scores the
+Answer Agent's answers in both stages and in validation (`memr1.eval.reward`); judge takes the
+config's `judge` section (an OpenAI-compatible server, or "local": a frozen copy of the
+backbone's start weights through the project's sampler).
 
 Validation: --config.train.eval_every=K with --val_tuples (tuples of the validation split:
 `python -m memr1.tuples --config.data.split=validation`, or tfds:DATA_DIR:validation) for GRPO /
@@ -33,8 +40,9 @@ still trained whole. Checkpoints of a LoRA run are merged into plain weights whe
 loaded as a model (--init_checkpoint, --answer_checkpoint, memr1.evaluate, tools/export_hf.py).
 
 Exit status: 0 done; 2 bad input or settings (refused before any model is loaded where the
-settings alone show it: loop sizes, the mesh against the model's shapes, memory sizes); 3 stopped
-by the NaN/inf guard under train.on_nonfinite=stop (the last checkpoint predates the bad step).
+settings alone show it: loop sizes, the mesh against the model's shapes, memory sizes, the
+reward, W&B); 3 stopped by the NaN/inf guard under train.on_nonfinite=stop (the last checkpoint
+predates the bad step); 4 the judge reward's server still failed after its retries.
 """
 
 from __future__ import annotations
@@ -48,15 +56,16 @@ from ml_collections import config_flags
 from memr1.env import load
 from memr1.env.policy import agent_budget
 from memr1.env.setup import check_memory_config
+from memr1.eval.judge_backends import JudgeBackendError
 from memr1.memory import BankOverflowError
 from memr1.rl import grpo, ppo
 from memr1.torchless import without_torch
-from memr1.train import faults, loop, lora, mesh, sft, validators
+from memr1.train import faults, loop, lora, mesh, sft, validators, wandb_log
 from memr1.train.checkpoint import Checkpointer
 from memr1.train.faults import parse_faults
 from memr1.train.metrics_log import MetricsWriter, NonFiniteError
 from memr1.train.prepare import has_checkpoint, prepare_models
-from memr1.train.stages import reward_env, rl_states
+from memr1.train.stages import answer_reward, check_reward_config, reward_env, rl_states
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/memr1.py", "Experiment config.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, logs).")
@@ -125,6 +134,8 @@ def check_settings(config, *, sft_data, tuples, val_tuples=None, val_sft_data=No
     if config.algo != "sft":
         ppo.PPOConfig.from_config(config)
     validators.check_flags(config, tuples=tuples, val_tuples=val_tuples, val_sft_data=val_sft_data)
+    check_reward_config(config)
+    wandb_log.check(config)
 
 
 def open_checkpoints(workdir: Path, config, models) -> Checkpointer:
@@ -163,6 +174,57 @@ def train(
     loop_cfg = loop.LoopConfig.from_config(config)
     val_records = validators.read_records(config, val_tuples)
     wrap_step = faults.wrapper(inject_nonfinite)
+    rl = config.algo != "sft"
+    # A served judge's settings (and key) are checked before any model loads; a local judge
+    # samples from its own frozen copy of the start weights, loaded beside the policy.
+    local = rl and t.reward == "judge" and config.judge.kind == "local"
+    reward = answer_reward(config) if rl and not local else None
+    wandb_run = wandb_log.open_run(config, workdir)
+    try:
+        return _train(
+            config, t, loop_cfg, val_records, wrap_step, reward, wandb_run,
+            workdir=workdir, hf_dir=hf_dir, tuples=tuples, sft_data=sft_data,
+            init_checkpoint=init_checkpoint, answer_checkpoint=answer_checkpoint,
+            val_sft_data=val_sft_data,
+        )  # fmt: skip
+    finally:
+        if wandb_run is not None:  # a failure before the writer took it over
+            wandb_run.finish(failed=True)
+
+
+def _local_judge_reward(config, hf_dir):
+    """The judge reward with judge.kind="local": a frozen copy of the backbone's start weights."""
+    backbone = load.load_backbone(
+        hf_dir=hf_dir or config.hf_dir,
+        size=config.model.size,
+        tokenizer_dir=config.tokenizer_dir,
+        dtype=config.model.dtype,
+        param_dtype=config.model.param_dtype,
+        seed=config.seed,
+        attention=config.model.attention,
+    )
+    return answer_reward(
+        config, local_judge=load.local_judge(backbone, batch_size=config.agents.batch_size)
+    )
+
+
+def _train(
+    config,
+    t,
+    loop_cfg,
+    val_records,
+    wrap_step,
+    reward,
+    wandb_run,
+    *,
+    workdir,
+    hf_dir,
+    tuples,
+    sft_data,
+    init_checkpoint,
+    answer_checkpoint,
+    val_sft_data,
+):
     models = prepare_models(
         config,
         hf_dir=hf_dir or config.hf_dir,
@@ -170,6 +232,8 @@ def train(
         answer_checkpoint=answer_checkpoint,
         resuming=has_checkpoint(Path(workdir) / "checkpoints"),
     )
+    if config.algo != "sft" and reward is None:
+        reward = _local_judge_reward(config, hf_dir)
     backbone, setup, st = models.backbone, models.setup, models.state
     policy = load.make_policy(
         backbone,
@@ -181,7 +245,7 @@ def train(
     workdir = Path(workdir)
     with (
         open_checkpoints(workdir, config, models) as ckpt,
-        MetricsWriter(workdir / "logs") as writer,
+        MetricsWriter(workdir / "logs", wandb_run=wandb_run) as writer,
     ):
         run = dict(cfg=loop_cfg, pad_id=backbone.pad_id, checkpointer=ckpt, writer=writer)
         # -- SFT --------------------------------------------------------------------------------
@@ -194,9 +258,9 @@ def train(
                 setup, st, step_fn, pairs, length=t.sft_length, validate=validate, **run
             )
         # -- RL data and rollout ---------------------------------------------------------------
-        env = reward_env(config, models) if config.stage == "manager" else None
-        states, do_rollout = rl_states(config, models, policy, tuples, env=env)
-        validate = validators.for_rl(config, policy, val_records, env)
+        env = reward_env(config, models, reward) if config.stage == "manager" else None
+        states, do_rollout = rl_states(config, models, policy, tuples, reward=reward, env=env)
+        validate = validators.for_rl(config, policy, val_records, env, reward)
         if not states:
             raise ValueError(f"{tuples}: no {config.stage} tuples to train on")
         # -- update ------------------------------------------------------------------------------
@@ -255,6 +319,13 @@ def main(argv):
     except (ValueError, FileNotFoundError) as err:
         print(f"memr1.train: error: {err}", file=sys.stderr)
         sys.exit(2)
+    except JudgeBackendError as err:
+        print(
+            f"memr1.train: error: the judge reward failed: {err} (config judge.base_url; the "
+            f"last checkpoint in {_WORKDIR.value}/checkpoints is intact)",
+            file=sys.stderr,
+        )
+        sys.exit(4)
     except BankOverflowError as err:
         # A sampled manager reply filled a candidate bank under memory.overflow=raise.
         print(

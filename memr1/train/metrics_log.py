@@ -127,8 +127,9 @@ def check_finite(step: int, metrics: Mapping[str, float], *, on_nonfinite: str =
 
 # Shares of a step's replies above which its rewards say little: the reward of a manager
 # reply the frozen answerer could not finish reading, or that could not be parsed at all, is 0
-# whatever the bank. The trainer warns on every logged step above these limits.
-SHARE_LIMITS = {"answerer_cut_frac": 0.05, "malformed_frac": 0.05}
+# whatever the bank, and so is an answer whose judge verdict could not be read (the judge
+# reward). The trainer warns on every logged step above these limits.
+SHARE_LIMITS = {"answerer_cut_frac": 0.05, "malformed_frac": 0.05, "judge_unparseable_frac": 0.05}
 
 
 def warn_shares(step: int, metrics: Mapping[str, float], warn=None) -> list[str]:
@@ -150,11 +151,13 @@ def warn_shares(step: int, metrics: Mapping[str, float], warn=None) -> list[str]
 _SHARE_HINTS = {
     "answerer_cut_frac": "raise agents.answer_max_new_tokens",
     "malformed_frac": "check the manager's reply format, or raise agents.manager_max_new_tokens",
+    "judge_unparseable_frac": "check the judge model's replies (config judge.model)",
 }
 
 
 class MetricsWriter:
-    """Writes scalars to TensorBoard event files and one JSON line per step to metrics.jsonl.
+    """Writes scalars to TensorBoard event files and one JSON line per step to metrics.jsonl,
+    and with `wandb_run` (`memr1.train.wandb_log`) the same names and values to W&B.
 
     The JSONL file is flushed after every line, so a crashed run keeps every step it logged.
     Non-finite values are written as the strings "nan" / "inf" / "-inf" (JSON has no NaN).
@@ -164,9 +167,10 @@ class MetricsWriter:
     file and every method does nothing.
     """
 
-    def __init__(self, logdir: str | os.PathLike, *, tensorboard: bool = True):
+    def __init__(self, logdir: str | os.PathLike, *, tensorboard: bool = True, wandb_run=None):
         self.logdir = os.fspath(logdir)
         self.active = jax.process_index() == 0
+        self._wandb = wandb_run if self.active else None
         if not self.active:
             return
         os.makedirs(self.logdir, exist_ok=True)
@@ -213,27 +217,34 @@ class MetricsWriter:
         if not self.active:
             return
         record = {"step": int(step)}
+        values = {}
         for name, value in metrics.items():
             value = float(value)
             key = name if "/" in name else f"{prefix}/{name}"
+            values[key] = value
             record[key] = value if math.isfinite(value) else str(value)
             if self._tb is not None:
                 self._tb.add_scalar(key, value, int(step))
         self._jsonl.write(json.dumps(record) + "\n")
         self._jsonl.flush()
+        if self._wandb is not None:
+            self._wandb.log(int(step), values)
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
         if not self.active:
             return
         self._jsonl.close()
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish(failed=failed)
+            self._wandb = None
 
     def __enter__(self) -> MetricsWriter:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(failed=exc_type is not None)
 
 
 def _is_validation(record: Mapping[str, Any]) -> bool:

@@ -1,5 +1,6 @@
 """What an RL stage trains on: its states from the tuples and the rollout that samples and scores
-them (the answer stage's exact match, the manager stage's through the frozen Answer Agent)."""
+them with the run's answer reward (`train.reward`: the Answer Agent's own answer in the answer
+stage, the frozen Answer Agent's answers over each candidate bank in the manager stage)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,41 @@ from absl import logging
 from memr1.env import load, rollout
 from memr1.env.answer import AnswerConfig
 from memr1.env.collision import collision_states
+from memr1.env.manager_io import ManagerRules
 from memr1.env.manager_reward import RewardEnv
 from memr1.env.memory_store import BankSpec
 from memr1.env.policy import SamplingConfig
+from memr1.eval.judge import LocomoJudge
+from memr1.eval.judge_backends import backend_from_config
+from memr1.eval.reward import AnswerReward, check_reward
 from memr1.train import multihost
 from memr1.train.prepare import Models
 
 
-def reward_env(config, models: Models) -> RewardEnv:
-    """The manager stage's reward: the frozen Answer Agent reading banks as evaluation does."""
+def check_reward_config(config) -> str:
+    """Refuses an unknown `train.reward`, and the judge reward without a judge, by name."""
+    name = check_reward(config.train.reward)
+    if name == "judge" and config.judge.kind == "none":
+        raise ValueError(
+            "config train.reward='judge' needs a judge: set judge.kind='openai' (with "
+            "judge.base_url and judge.model) or judge.kind='local'"
+        )
+    return name
+
+
+def answer_reward(config, local_judge=None) -> AnswerReward:
+    """The run's answer reward (`memr1.eval.reward`); for "judge" the `judge` section's judge,
+    `local_judge` (`prompts -> replies`) serving judge.kind="local"."""
+    name = check_reward_config(config)
+    if name != "judge":
+        return AnswerReward(name)
+    return AnswerReward(name, LocomoJudge(backend_from_config(config.judge, local=local_judge)))
+
+
+def reward_env(config, models: Models, reward: AnswerReward | None = None) -> RewardEnv:
+    """The manager stage's reward: the frozen Answer Agent reading banks as evaluation does,
+    its answers scored by `reward` (the config's when not given), the manager's replies read
+    under the config's rules."""
     from memr1.embed import Encoder
 
     answerer = load.make_policy(
@@ -35,13 +62,19 @@ def reward_env(config, models: Models) -> RewardEnv:
         embed=Encoder.from_dir().encode,
         answer=AnswerConfig.from_config(config),
         bank=BankSpec.from_config(config),
+        reward=reward or answer_reward(config),
+        rules=ManagerRules.from_config(config),
     )
 
 
-def rl_states(config, models: Models, policy, tuples, env=None) -> tuple[list, Callable]:
+def rl_states(
+    config, models: Models, policy, tuples, *, reward: AnswerReward | None = None, env=None
+) -> tuple[list, Callable]:
     """The stage's RL states from `tuples` and `rollout(params, states, key)` that samples and
-    scores them: exact match for the answer stage, exact match through the frozen Answer Agent
-    (answering as evaluation does, `memr1.env.manager_reward`) for the manager stage."""
+    scores them with `reward`: the answer stage's own answers, or the frozen Answer Agent's
+    over each candidate bank (answering as evaluation does, `memr1.env.manager_reward`) for the
+    manager stage (`env`, built here when not given; `reward`: the config's when not given)."""
+    reward = reward or answer_reward(config)
     from memr1.tuples.io import read_tuples
 
     t = config.train
@@ -61,8 +94,9 @@ def rl_states(config, models: Models, policy, tuples, env=None) -> tuple[list, C
         def do_rollout(params, batch_states, key):
             distill = config.agents.distill
             return rollout.answer_rollout(
-                rows(batch_states), params, batch_states, key=key, distill=distill, **kw
-            )
+                rows(batch_states), params, batch_states, key=key, distill=distill,
+                reward=reward, **kw,
+            )  # fmt: skip
 
         return states, do_rollout
     records = manager_records(
@@ -73,7 +107,7 @@ def rl_states(config, models: Models, policy, tuples, env=None) -> tuple[list, C
         source=tuples,
     )
     states = [rollout.manager_state_from_tuple(x) for x in records]
-    env = env or reward_env(config, models)
+    env = env or reward_env(config, models, reward)
 
     def do_rollout(params, batch_states, key):
         return rollout.manager_rollout(

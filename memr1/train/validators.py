@@ -3,14 +3,16 @@
 Each scores the current policy on the whole validation set with its stage's own reward path,
 greedily (temperature 0, as the paper decodes for validation and test):
 
-  answer stage   `rollout.answer_rollout` at G = 1 (the reward's path: EM and token F1 of the
-                 text after **Answer:**): val/em, val/f1, val/no_marker_frac,
-                 val/truncated_frac, val/response_length.
+  answer stage   `rollout.answer_rollout` at G = 1 (the reward's path, on the text after
+                 **Answer:**): val/reward (the run's `train.reward`, as train/reward),
+                 val/em, val/f1, val/no_marker_frac, val/truncated_frac,
+                 val/response_length (and a judge reward's val/judge_unparseable_frac).
   manager stage  `rollout.manager_rollout` at G = 1 through the run's frozen Answer Agent
-                 (`RewardEnv`, answering as evaluation does): val/em (the stage's reward: the
-                 answerer's mean EM over the bank each reply writes, 0 for a malformed reply),
-                 val/malformed_frac, the op mix val/op_<kind>_frac, val/answerer_cut_frac, ...
-                 Only turns with linked questions are validated (EM needs a question).
+                 (`RewardEnv`, answering as evaluation does): val/reward (the stage's reward:
+                 the answerer's mean answer reward over the bank each reply writes, 0 for a
+                 malformed reply), val/em (the same with exact match), val/malformed_frac,
+                 the op mix val/op_<kind>_frac, val/duplicate_id_frac, val/answerer_cut_frac,
+                 ... Only turns with linked questions are validated (a reward needs a question).
   SFT            the target tokens' mean NLL (`sft.eval_sft_loss`): val/loss.
 
 One sampler call per process per pass (the policy's prompts, then the answerer's questions)
@@ -34,6 +36,7 @@ import numpy as np
 from memr1.env import rollout
 from memr1.env.manager_reward import RewardEnv
 from memr1.env.policy import SamplingConfig, TextPolicy, agent_budget
+from memr1.eval.reward import EXACT_MATCH, AnswerReward
 from memr1.train import multihost
 from memr1.train.order import bucket_length
 from memr1.train.sft import eval_sft_loss, sft_batch
@@ -81,8 +84,10 @@ def answer_validator(
     distill: bool,
     rows: int = 0,
     seed: int = 0,
+    reward: AnswerReward = EXACT_MATCH,
 ) -> Validate:
-    """The answer stage's pass over `states` (the validation tuples' answer states)."""
+    """The answer stage's pass over `states` (the validation tuples' answer states), scored
+    with the run's answer `reward`."""
     if not states:
         raise ValueError("answer-stage validation: no validation states")
     mine = list(states[process_share(len(states))])
@@ -101,8 +106,8 @@ def answer_validator(
                 key=key,
                 style=style,
                 distill=distill,
+                reward=reward,
             )
-            stats.pop("reward")  # = em
         return combine(len(mine), stats)
 
     return validate
@@ -143,7 +148,6 @@ def manager_validator(
                 style=style,
                 env=env,
             )
-            stats["em"] = stats.pop("reward")
         return combine(len(mine), stats)
 
     return validate
@@ -239,9 +243,16 @@ def read_records(config, val_tuples: str | None) -> list:
     return records
 
 
-def for_rl(config, policy: TextPolicy, records: Sequence[Any], env: RewardEnv | None):
+def for_rl(
+    config,
+    policy: TextPolicy,
+    records: Sequence[Any],
+    env: RewardEnv | None,
+    reward: AnswerReward = EXACT_MATCH,
+):
     """The RL stage's `validate(params, step)` over its validation tuples (None without them);
-    `env` is the manager stage's reward (its frozen Answer Agent)."""
+    `env` is the manager stage's reward (its frozen Answer Agent and answer reward), `reward`
+    the answer stage's (the run's `train.reward`)."""
     if not records:
         return None
     t = config.train
@@ -251,7 +262,7 @@ def for_rl(config, policy: TextPolicy, records: Sequence[Any], env: RewardEnv | 
     kw["seed"] = config.seed
     if config.stage == "answer":
         states = [rollout.answer_state_from_tuple(x) for x in records]
-        return answer_validator(policy, states, distill=config.agents.distill, **kw)
+        return answer_validator(policy, states, distill=config.agents.distill, reward=reward, **kw)
     states = [rollout.manager_state_from_tuple(x) for x in records]
     return manager_validator(policy, states, env, **kw)
 

@@ -20,6 +20,7 @@ from memr1.data.records import Conversation, Turn
 from memr1.env.answer import gold_answer, retrieve_for_questions
 from memr1.env.facts import FACT_SOURCES, extract_facts
 from memr1.env.ingest import IngestConfig
+from memr1.env.manager_io import MEMR1_RULES, ManagerRules
 from memr1.env.memory_store import BankSpec, ConversationMemory, EmbedFn, to_timestamp
 from memr1.env.policy import SamplingConfig
 from memr1.tuples import banks
@@ -49,6 +50,7 @@ class TupleConfig:
       teacher_sampling: a policy teacher's sampling (greedy by default).
       extract_sampling: the "llm" fact extractor's sampling.
       jobs_per_batch: windows a policy teacher builds side by side.
+      rules: what a policy teacher is shown and how its replies are read (`ManagerRules`).
     """
 
     builder: str
@@ -62,6 +64,7 @@ class TupleConfig:
     teacher_sampling: SamplingConfig
     extract_sampling: SamplingConfig
     jobs_per_batch: int
+    rules: ManagerRules = MEMR1_RULES
 
     @classmethod
     def from_config(cls, config) -> TupleConfig:
@@ -85,6 +88,7 @@ class TupleConfig:
             teacher_sampling=SamplingConfig.from_config(config, "manager"),
             extract_sampling=SamplingConfig.from_config(config, "extract"),
             jobs_per_batch=t.jobs_per_batch,
+            rules=ManagerRules.from_config(config),
         )
 
     def validate(self) -> None:
@@ -301,11 +305,13 @@ def build_tuples(
     if _is_policy(teacher):
         ingest_cfg = IngestConfig(
             fact_source="observation",
+            extract_from="utterance",  # a tuple's facts are its turn's, handed over as they are
             use_manager=True,
             k_per_fact=cfg.k_per_fact,
             style=cfg.style,
             extract_sampling=cfg.extract_sampling,
             manager_sampling=cfg.teacher_sampling,
+            rules=cfg.rules,
         )
         runs = banks.run_ingest(
             jobs,

@@ -156,8 +156,12 @@ def test_distill_flag_changes_the_instructions(style):
     full = render_answer_input("q?", MEMORIES, distill=True, style=style)
     direct = render_answer_input("q?", MEMORIES, distill=False, style=style)
     assert full[1] == direct[1]  # same memories and question
-    assert "- " in full[0]["content"] and "memor" in full[0]["content"]
     assert "**Answer:**" in direct[0]["content"]
+    if style == "paper":  # the paper's numbered instructions: write out the memories first
+        assert "write out the memories" in full[0]["content"]
+        assert "write out the memories" not in direct[0]["content"]
+        return
+    assert "- " in full[0]["content"] and "memor" in full[0]["content"]
     assert "copy out" not in direct[0]["content"] and "'- '" not in direct[0]["content"]
 
 

@@ -203,7 +203,10 @@ def test_replies_cut_before_the_answer_and_malformed_replies_are_counted():
     assert got.stats["malformed_frac"] == 0.25  # the "I think we should update things" reply
     fine = mr.manager_rewards([STATE], [OUTPUTS[:2]], env(RuleAnswerer()), key=jax.random.key(0))
     assert fine.stats == {
+        "em": 0.5,  # the UPDATE's bank answers right, the DELETE+ADD's wrong
         "malformed_frac": 0.0,
+        "duplicate_id_frac": 0.0,
+        "extra_add_frac": 0.0,
         "answerer_cut_frac": 0.0,
         "answerer_no_marker_frac": 0.0,
         "answerer_prompt_cut_frac": 0.0,

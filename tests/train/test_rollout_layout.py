@@ -80,7 +80,9 @@ def test_the_manager_rollout_lays_out_the_answerer_once_for_the_reward(copies, m
 
     monkeypatch.setattr(rollout, "manager_rewards", rewards)
     monkeypatch.setattr(
-        rollout, "manager_messages", lambda s, style: [{"role": "user", "content": "facts"}]
+        rollout,
+        "manager_messages",
+        lambda s, style, show_date: [{"role": "user", "content": "facts"}],
     )
     env = RewardEnv(answerer=_policy(frozen, "frozen answerer"), embed=None, answer=None, bank=None)
     rollout.manager_rollout(
