@@ -268,8 +268,8 @@ def test_explicit_choices_and_their_errors():
         _resolve("cudnn", "gpu", n=12)
     with pytest.raises(ValueError, match="'splash' needs a TPU"):
         _resolve("splash", "cpu")
-    with pytest.raises(ValueError, match="'flash' is not one of"):
-        _resolve("flash", "cpu")
+    with pytest.raises(ValueError, match="'flash2' is not one of"):
+        _resolve("flash2", "cpu")
 
 
 # ----------------------------------------------------------------------------------------------
