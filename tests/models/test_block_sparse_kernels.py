@@ -121,6 +121,25 @@ def test_flash_never_reads_a_dead_block():
     assert _rel(got[:, :16], want[:, :16]) < 1e-5  # nor does the prompt
 
 
+def test_flash_runs_a_full_causal_pass_from_the_masks_validity():
+    """attention='flash' on an unpacked full pass (`masks.causal_mask`, left- and right-padded
+    rows): every real token is prompt, padding reads only itself; real rows match einsum."""
+    valid = np.ones((3, 37), bool)
+    valid[0, :5], valid[1, :20], valid[2, 30:] = False, False, False
+    mask = masks.causal_mask(jnp.asarray(valid))
+    q, k, v, cot = _inputs(valid.astype(np.int32), jnp.float32)
+    cot = cot * valid[:, :, None, None]
+
+    def kernel(impl):
+        return lambda q, k, v: attention.attend(q, k, v, mask, implementation=impl, chunk=8)
+
+    got, got_grads = _values_and_grads(kernel("flash"), q, k, v, cot)
+    want, want_grads = _values_and_grads(kernel("einsum"), q, k, v, cot)
+    assert _rel(got[valid], want[valid]) < 1e-5
+    for g, w in zip(got_grads, want_grads, strict=True):
+        assert _rel(g, w) < 1e-5
+
+
 def test_explicit_kernels_need_their_accelerator_or_the_interpreter():
     kw = dict(t=64, s=64, head_dim=128, dtype=jnp.bfloat16, packed=True)
     with pytest.raises(ValueError, match="'flash' needs a GPU, but this program runs on cpu"):

@@ -132,4 +132,3 @@ def test_kernel_flops_by_hand():
                    "flash_dkv": 4 * per_matmul}  # fmt: skip
     # Padding to the block: 7 columns count as the kernel runs them, 8.
     assert costs.live_block_pairs(seg[:, :7], 2).tolist() == [7]
-    assert costs.dense_attention_flops(1, 8, heads=3, head_dim=4) == 4 * 64 * 4 * 3

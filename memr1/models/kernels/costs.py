@@ -77,8 +77,3 @@ def step_kernel_flops(batch, calls: dict[str, int], cfg, devices: int) -> float:
     )
     return sum(n * per_call[kind] for kind, n in calls.items()) / devices
 
-
-def dense_attention_flops(rows: int, t: int, *, heads: int, head_dim: int) -> float:
-    """One forward of dense attention over rows of T positions (2 matmuls of 2 T^2 N per
-    head): what the einsum kernel computes, for comparison."""
-    return 2.0 * 2.0 * rows * t * t * head_dim * heads
