@@ -5,7 +5,8 @@ lengths, an empty one, padding rows), grouped-query heads (G = 3), odd lengths (
 T to their block), forward values and the q, k, v gradients. That the flash kernel skips dead
 blocks is checked by poisoning a reply's block-aligned keys with NaN: another reply's queries,
 which never walk those blocks, stay finite. Lowering for the real backends (Triton for CUDA,
-Mosaic for TPU) runs on CPU too, up to the backend's own compiler.
+Mosaic for TPU) runs on CPU too, up to the backend's own compiler; the tests marked
+`accelerator` run the real kernels where a GPU or TPU is present.
 """
 
 from __future__ import annotations
@@ -216,3 +217,29 @@ def test_kernels_under_a_mesh_run_per_shard_of_batch_and_heads():
         [sys.executable, "-c", _MESH_SCRIPT], env=env, capture_output=True, text=True, timeout=900
     )
     assert proc.returncode == 0 and proc.stdout.count("OK") == 2, proc.stderr[-3000:]
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU (Triton)")
+def test_accelerator_flash_matches_einsum():
+    """The Triton kernel itself: 128-column blocks, head dim 128, bf16, G = 3."""
+    seg = _rows(300)
+    q, k, v, cot = (jnp.pad(x, [(0, 0)] * 3 + [(0, 128 - N)]) for x in _inputs(seg, jnp.bfloat16))
+    dense = masks.packed_mask(jnp.asarray(seg))
+
+    def run(kernel):
+        out, vjp = jax.vjp(kernel, q, k, v)
+        return out, vjp(cot.astype(out.dtype))
+
+    got, got_grads = jax.jit(lambda: run(lambda *a: flash_gpu.flash_attention(*a, seg)))()
+    want, want_grads = run(lambda q, k, v: attention.einsum_attention(q, k, v, dense))
+    for g, w in zip((got, *got_grads), (want, *want_grads), strict=True):
+        assert _rel(g, w) < 3e-2
+
+
+@pytest.mark.skipif(jax.default_backend() != "tpu", reason="needs a TPU (splash)")
+def test_accelerator_splash_packed_matches_einsum():
+    seg = _rows(300)
+    q, k, v, _ = (jnp.pad(x, [(0, 0)] * 3 + [(0, 128 - N)]) for x in _inputs(seg, jnp.bfloat16))
+    got = jax.jit(lambda *a: splash_packed.splash_packed_attention(*a, seg))(q, k, v)
+    want = attention.einsum_attention(q, k, v, masks.packed_mask(jnp.asarray(seg)))
+    assert _rel(got, want) < 3e-2

@@ -13,5 +13,5 @@ kernels here read the row's segment ids and compute only the live blocks (`masks
 
 `launch` says how a Pallas call runs: natively on its accelerator, in Pallas' interpreter (any
 backend: the tests on CPU), or as a zero-FLOP stand-in whose calls are counted in the compiled
-program (tools/pod_step_costs.py).
+program (the pod-step benchmark's `pod_step_costs.py`).
 """
