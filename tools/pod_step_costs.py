@@ -321,6 +321,7 @@ def update_stage(setup, grpo_cfg, n, parts, *, group, devices, memory: bool,
         setup.abstract_state.params,
     )
     per = grpo_cfg.n_micro // len(parts)
+
     def standin():
         return launch.pallas_mode("standin" if attention == "flash" else "native")
 

@@ -76,4 +76,3 @@ def step_kernel_flops(batch, calls: dict[str, int], cfg, devices: int) -> float:
         batch["segments"], heads=cfg.n_heads, head_dim=cfg.head_dim, block=BLOCK
     )
     return sum(n * per_call[kind] for kind, n in calls.items()) / devices
-
