@@ -30,9 +30,9 @@ def model_section(
     ("full": only the block's input; "minimal": also its weight matmuls' outputs);
     `scan_layers` runs the blocks as one `lax.scan`, without which XLA:CPU keeps every block's
     activations despite remat (see `memr1.models.config.ModelConfig` and docs/benchmarks.md).
-    `attention` is the kernel of prefill and training passes: "auto" (cuDNN on GPU, splash on
-    TPU, chunked elsewhere), "einsum", "chunked", "cudnn" or "splash" (see
-    `memr1.models.attention`).
+    `attention` is the kernel of prefill and training passes: "auto" (packed GRPO rows: flash
+    on GPU, splash on TPU; other passes: cuDNN on GPU, splash on TPU; chunked elsewhere),
+    "einsum", "chunked", "cudnn", "splash" or "flash" (see `memr1.models.attention`).
     """
     return ml_collections.ConfigDict(
         {

@@ -38,9 +38,12 @@ a loop body once whatever its trip count, so each loop is compiled apart: the sa
 is compiled whole and its prefill alone, the decode step is their difference and runs (longest
 reply of the call - 1) times; the update is compiled for one micro-batch of each width class
 (n_micro = 1, log-probs in one chunk), each run `n_micro / width_classes` times a step (its
-optimiser update, ~20 FLOPs a parameter, is then counted n_micro times: < 0.1%). Attention is
-the einsum kernel (the chunked one's scan would be counted once; cuDNN and splash compute the
-same dense scores here, see issue 25 §7).
+optimiser update, ~20 FLOPs a parameter, is then counted n_micro times: < 0.1%). The sampler
+and the `rows` update run the einsum kernel (chunked's scan would be counted once). The packed
+update runs `--attention`: "flash", the block-skipping kernel an accelerator runs (flash on GPU,
+splash on TPU: the same blocks and matmuls), compiled as a 0-FLOP stand-in whose calls are
+found in the program and priced from the block mask (`memr1.models.kernels.costs`; XLA counts
+0 inside a Pallas call), or "einsum" (dense scores in XLA); "both" prints both.
 The figures are per device; real FLOPs are the step's over the devices.
 
 Layouts: `packed` (the recipe's, `train.shared_prompt`) feeds the update one row a group, its
@@ -105,6 +108,8 @@ def parse_args(argv):
         help="the update's layout: one row a sample, or one packed row a group (the recipe's);\n"
         "none compiles the sampler calls only",
     )  # fmt: skip
+    p.add_argument("--attention", default="flash", choices=("flash", "einsum", "both"),
+                   help="the packed update's attention kernel")  # fmt: skip
     p.add_argument("--prompt-lengths", type=parse_range, help="LO:HI (default per stage)")
     p.add_argument("--reply-lengths", type=parse_range, help="LO:HI (default per stage)")
     p.add_argument("--states", type=int, help="states a step (default: train.batch_size)")
@@ -270,17 +275,16 @@ def run(args) -> dict:
     layouts = {"both": ("rows", "packed"), "none": ()}.get(args.layouts, (args.layouts,))
     depth = get_size(args.size).n_layers
     shallower = abstract_setup(args, config, args.layers - 1)[1] if args.layers > 1 else None
-    for layout in layouts:
+    kernels = ("einsum", "flash") if args.attention == "both" else (args.attention,)
+    runs = [(lay, k) for lay in layouts for k in (kernels if lay == "packed" else ("einsum",))]
+    for layout, attention in runs:
         grpo_cfg = packed_cfg if layout == "packed" else _rows_config(config, g)
         parts = costs.update_batch(prompt_len, reply_len, g, budget, layout, grpo_cfg.classes[1])
-        row = costs.update_stage(
-            setup, grpo_cfg, n, parts, group=g, devices=devices, memory=not args.no_memory
-        )
+        kw = dict(group=g, devices=devices, attention=attention)
+        row = costs.update_stage(setup, grpo_cfg, n, parts, memory=not args.no_memory, **kw)
         if shallower is not None:  # the same update at layers - 1 blocks: the figures at depth
             less = costs.flops_params(shallower.abstract_state.params, cfg)
-            one_less = costs.update_stage(
-                shallower, grpo_cfg, less, parts, group=g, devices=devices, memory=False
-            )
+            one_less = costs.update_stage(shallower, grpo_cfg, less, parts, memory=False, **kw)
             costs.at_depth(row, one_less, layers=args.layers, depth=depth)
         row["widths"] = layout
         rows.append(row)
@@ -320,23 +324,11 @@ def format_table(report: dict) -> str:
         f"{report['size']} x {report['layers']} blocks (N_blocks {report['n_blocks'] / 1e9:.2f}B, "
         f"N_head {report['n_head'] / 1e9:.2f}B), {report['stage']} stage, "
         f"{report['devices']} devices, micro_rows {report['settings']['micro_rows']} | per "
-        "device; ratio = compiled / real, per_pos = "
-        "compiled / the real FLOPs of the positions run"
+        "device; ratio = compiled / real, per_pos = compiled / the real FLOPs of the positions "
+        "run; attention flash: its Pallas calls priced from the block mask (XLA counts 0 in them)"
     )
-    cols = (
-        "stage",
-        "widths",
-        "widths_PxR",
-        "compiled",
-        "real",
-        "ratio",
-        "per_pos",
-        "pad",
-        "xla_GiB",
-        "est_GiB",
-        "est/xla",
-        "at_depth",
-    )
+    cols = ("stage widths attention widths_PxR compiled real ratio per_pos pad xla_GiB est_GiB "
+            "est/xla at_depth").split()  # fmt: skip
     lines = [head, " ".join(f"{c:>11}" for c in cols)]
     for r in report["rows"]:
         shape = (
@@ -348,6 +340,7 @@ def format_table(report: dict) -> str:
         cells = (
             r["stage"],
             r.get("widths", "-"),
+            r.get("attention", "-"),
             shape,
             f"{r['compiled_flops']:.3g}",
             f"{r['real_flops']:.3g}",
@@ -364,6 +357,7 @@ def format_table(report: dict) -> str:
             ref = (
                 "reference",
                 r.get("widths", "-"),
+                r["attention"],
                 shape,
                 f"{r['reference_flops']:.3g}",
                 f"{r['reference_real_flops']:.3g}",

@@ -262,24 +262,25 @@ def parts_counts(parts, group: int) -> dict:
     return out
 
 
-def unrolled(setup):
-    """`setup` with its layer loop unrolled (`model.scan_layers` off): XLA's cost analysis counts
-    a loop body once whatever its trip count, so FLOPs are read off the unrolled program, which
-    does the same arithmetic; memory is read off the setup's own (scanned) program."""
+def with_model(setup, **changes):
+    """`setup` with its model config changed (its graph definition and config): e.g. the layer
+    loop unrolled (`scan_layers=False`: XLA's cost analysis counts a loop body once whatever
+    its trip count, so FLOPs are read off the unrolled program, which does the same arithmetic;
+    memory off the setup's own) or another attention kernel."""
     from memr1.models import transformer
 
-    if not setup.model_cfg.scan_layers:
+    if all(getattr(setup.model_cfg, k) == v for k, v in changes.items()):
         return setup
-    graphdef = transformer.with_config(
-        setup.graphdef, setup.abstract_state.params, scan_layers=False
-    )
-    cfg = setup.model_cfg.replace(scan_layers=False)
+    graphdef = transformer.with_config(setup.graphdef, setup.abstract_state.params, **changes)
+    cfg = setup.model_cfg.replace(**changes)
     return dataclasses.replace(setup, model_cfg=cfg, graphdef=graphdef)
 
 
-def _micro_flops(setup, grpo_cfg, part, per: int, ref) -> tuple[float, float]:
-    """(update, reference) FLOPs of one micro-batch program of a width class (log-probs in one
-    chunk: a scan's body would be counted once)."""
+def _micro_flops(setup, grpo_cfg, part, per: int, ref) -> dict:
+    """XLA's FLOPs of one micro-batch program of a width class, update and reference (log-probs
+    in one chunk: a scan's body would be counted once), and the block-skipping kernel's calls
+    in each (`kernels.costs.kernel_calls`: stand-ins, 0 FLOPs to XLA; none with einsum)."""
+    from memr1.models.kernels import costs as kernel_costs
     from memr1.train import steps
 
     rows = part["tokens"].shape[0] // per
@@ -291,26 +292,49 @@ def _micro_flops(setup, grpo_cfg, part, per: int, ref) -> tuple[float, float]:
     fields = {k: part[k] for k in one.logprob_fields()}
     ref_fn = steps.make_grpo_reference(setup, one)
     rmb = ref_fn.lower(ref, abstract_batch(setup, fields, rows)).compile()
-    return flops_of(mb), flops_of(rmb)
+    return {
+        "update": flops_of(mb),
+        "reference": flops_of(rmb),
+        "update_calls": kernel_costs.kernel_calls(mb.as_text()),
+        "reference_calls": kernel_costs.kernel_calls(rmb.as_text()),
+    }
 
 
-def update_stage(setup, grpo_cfg, n, parts, *, group, devices, memory: bool) -> dict:
+def update_stage(setup, grpo_cfg, n, parts, *, group, devices, memory: bool,
+                 attention: str = "einsum") -> dict:  # fmt: skip
     """The update's micro-batch program of each width class (x its n_micro / K), the
     reference's forward-only program (both unrolled, for their FLOPs), and (with `memory`)
     XLA's plan of the whole step as `setup` compiles it; `grpo_cfg` packed or not as `parts`
-    (`update_batch`'s) are."""
+    (`update_batch`'s) are. `attention` "flash" compiles the packed passes with the
+    block-skipping kernel as a stand-in and adds its FLOPs from the block mask
+    (`memr1.models.kernels.costs`); "einsum" computes the dense scores in XLA."""
     import jax
 
+    from memr1.models.kernels import launch
+    from memr1.models.kernels.costs import step_kernel_flops
     from memr1.train import steps
 
-    full_setup, setup = setup, unrolled(setup)
+    full_setup = with_model(setup, attention=attention)
+    setup = with_model(full_setup, scan_layers=False)
     ref = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, setup.model_cfg.jnp_dtype, sharding=x.sharding),
         setup.abstract_state.params,
     )
     per = grpo_cfg.n_micro // len(parts)
-    flops = [_micro_flops(setup, grpo_cfg, part, per, ref) for part in parts]
-    compiled = per * sum(f[0] for f in flops)
+
+    def standin():
+        return launch.pallas_mode("standin" if attention == "flash" else "native")
+
+    with standin():
+        flops = [_micro_flops(setup, grpo_cfg, part, per, ref) for part in parts]
+
+    def kernel_flops(calls: str) -> list[float]:
+        return [
+            step_kernel_flops(p, f[calls], setup.model_cfg, devices) for p, f in zip(parts, flops)
+        ]
+
+    kernel, ref_kernel = kernel_flops("update_calls"), kernel_flops("reference_calls")
+    compiled = per * sum(f["update"] for f in flops) + sum(kernel)
     c = parts_counts(parts, group)
     # 6 N_blocks a token (a group's prompt once), 6 N_head a reply token's logits.
     real = (6.0 * n[0] * c["real_tokens"] + 6.0 * n[1] * c["reply_tokens"]) / devices
@@ -318,12 +342,16 @@ def update_stage(setup, grpo_cfg, n, parts, *, group, devices, memory: bool) -> 
     valid = sum(int(p["valid"].sum()) for p in parts)
     out = {
         "stage": "update",
+        "attention": attention,
         "rows": sum(p["tokens"].shape[0] for p in parts),
         **c,
         "n_micro": grpo_cfg.n_micro,
         "width_classes": len(parts),
         "pad_frac": 1.0 - valid / sum(p["valid"].size for p in parts),
-        "micro_batch_flops": [f[0] for f in flops],
+        "micro_batch_flops": [f["update"] for f in flops],
+        # The Pallas kernels' FLOPs (0 to XLA), from the block mask: per class, a device's.
+        "kernel_calls": [f["update_calls"] for f in flops],
+        "kernel_flops": kernel,
         "compiled_flops": compiled,
         "real_flops": real,
         "compiled_over_real": compiled / real,
@@ -333,13 +361,15 @@ def update_stage(setup, grpo_cfg, n, parts, *, group, devices, memory: bool) -> 
         "xla_memory": None,
     }
     # The KL reference's forward-only program, once per rollout: against 2N a real token.
-    out["reference_flops"] = per * sum(f[1] for f in flops)
+    out["reference_flops"] = per * sum(f["reference"] for f in flops) + sum(ref_kernel)
     out["reference_real_flops"] = real / 3.0
     out["reference_over_real"] = out["reference_flops"] / out["reference_real_flops"]
     if memory:
         full = steps.make_grpo_step(full_setup, grpo_cfg)
         abstract = tuple(abstract_batch(setup, p, p["tokens"].shape[0]) for p in parts)
-        out["xla_memory"] = xla_memory(full.lower(full_setup.abstract_state, abstract).compile())
+        with standin():
+            lowered = full.lower(full_setup.abstract_state, abstract)
+        out["xla_memory"] = xla_memory(lowered.compile())
     return out
 
 

@@ -1,9 +1,11 @@
 """Grouped-query attention kernels, chosen per call by backend and shape.
 
 Every kernel computes the same function of `q_BTHN` [B, T, H, N], keys and values `k_BKSN`,
-`v_BKSN` [B, K, S, N] (head-major, as the KV cache stores them) and a boolean `mask_BTS`
-[B, T, S] (query t may read key slot s): softmax(q k^T / sqrt(N), masked) v, with query head h
-reading key/value head h // G (G = H / K). They differ in what they materialise:
+`v_BKSN` [B, K, S, N] (head-major, as the KV cache stores them) and a mask: a boolean
+`mask_BTS` [B, T, S] (query t may read key slot s), or for packed GRPO rows a
+`masks.PackedMask` (their segment ids; `dense()` is the [B, T, T] boolean):
+softmax(q k^T / sqrt(N), masked) v, with query head h reading key/value head h // G (G = H / K).
+They differ in what they materialise and what they skip:
 
   einsum   the reference: float32 scores [B, K, T·G, S] for the whole T at once. At 4,096-token
            prompts that is 1 GiB per row and layer at Qwen2.5-3B widths, 1.75 GiB at 7B.
@@ -13,15 +15,23 @@ reading key/value head h // G (G = H / K). They differ in what they materialise:
   cudnn    `jax.nn.dot_product_attention(implementation="cudnn")`, a fused flash kernel (GPU,
            bfloat16/float16 only). The mask goes in as a [B, 1, T, S] boolean (cuDNN adds it as
            a bias), T and S padded to even lengths as cuDNN's biased backward needs.
-  splash   the Pallas splash kernel (TPU) for full causal passes (T == S): causality is its
-           static causal mask and padding its segment ids (0 on padding, 1 on real tokens,
-           read off the mask's last row), so it needs the mask `masks.causal_mask(valid)` that
-           every full pass of the model is given. Under an active mesh it runs in `shard_map`.
+  splash   the Pallas splash kernel (TPU). Full causal passes (T == S): causality is its static
+           causal mask and padding its segment ids (0 on padding, 1 on real tokens, read off
+           the mask's last row), so it needs the mask `masks.causal_mask(valid)` that every full
+           pass of the model is given. Packed rows: their mask as splash's dynamic mask, whose
+           empty blocks it skips (`kernels.splash_packed`).
+  flash    our Pallas flash attention lowered to Triton (GPU) for packed rows: it reads the
+           segment ids and computes only the live blocks, forward and backward
+           (`kernels.flash_gpu`). A full causal pass runs it with every real token in the
+           prompt segment (the mask's last row, as splash reads it).
+Under an active mesh the Pallas kernels run in `shard_map`, per shard of batch and heads.
 
-"auto" picks einsum for one query position (the decode step: its scores are [B, K, G, S]),
-cudnn on GPU where it applies, splash on TPU for T == S, and chunked otherwise (CPU included).
-An explicit choice applies to every call with T > 1; decode steps keep einsum, and splash
-leaves calls with T != S (a cache extended by several tokens) to chunked.
+"auto" picks einsum for one query position (the decode step: its scores are [B, K, G, S]); for
+packed rows flash on GPU and splash on TPU where they apply; otherwise cudnn on GPU where it
+applies, splash on TPU for T == S, and chunked elsewhere (CPU included). An explicit choice
+applies to every call with T > 1; decode steps keep einsum, and splash and flash leave calls with
+T != S (a cache extended by several tokens) to chunked. The Pallas kernels need their
+accelerator, or `kernels.launch.pallas_mode("interpret")` (any backend: the tests).
 """
 
 from __future__ import annotations
@@ -32,7 +42,9 @@ import jax
 import jax.numpy as jnp
 
 from memr1 import sharding
+from memr1.models import masks
 from memr1.models.config import ATTENTION_IMPLEMENTATIONS
+from memr1.models.kernels import launch
 
 NEG_INF = -1e30  # finite, so a row with every slot masked (padding) stays NaN-free
 SPLASH_BLOCK = 128  # the splash kernel's tile; T is padded to a multiple of it
@@ -47,7 +59,14 @@ def backend() -> str:
 
 
 def resolve(
-    implementation: str, *, t: int, s: int, head_dim: int, dtype, platform: str | None = None
+    implementation: str,
+    *,
+    t: int,
+    s: int,
+    head_dim: int,
+    dtype,
+    platform: str | None = None,
+    packed: bool = False,
 ) -> str:
     """The kernel one attention call uses (see the module docstring); raises on impossible asks.
 
@@ -56,23 +75,29 @@ def resolve(
       t, s: query positions and key slots of the call.
       head_dim, dtype: N and the compute dtype of q, k and v.
       platform: "cpu", "gpu", "tpu" ...; default: `backend()`.
+      packed: the call's mask is a `masks.PackedMask` (packed GRPO rows).
     """
     if implementation not in ATTENTION_IMPLEMENTATIONS:
         raise ValueError(
             f"attention={implementation!r} is not one of {list(ATTENTION_IMPLEMENTATIONS)}"
         )
     platform = platform or backend()
+    gpu = platform in ("gpu", "cuda")
     dtype = jnp.dtype(dtype)
     if implementation == "einsum" or t == 1:
         return "einsum"
     if implementation == "auto":
-        if platform in ("gpu", "cuda") and _cudnn_fits(head_dim, dtype):
+        if packed and gpu and _flash_fits(head_dim, dtype):
+            return "flash"
+        if packed and platform == "tpu" and head_dim % 128 == 0:
+            return "splash"
+        if gpu and _cudnn_fits(head_dim, dtype):
             return "cudnn"
         if platform == "tpu" and t == s and head_dim % 128 == 0:
             return "splash"
         return "chunked"
     if implementation == "cudnn":
-        if platform not in ("gpu", "cuda"):
+        if not gpu:
             raise ValueError(f"attention='cudnn' needs a GPU, but this program runs on {platform}")
         if dtype not in (jnp.bfloat16, jnp.float16):
             raise ValueError(
@@ -81,12 +106,28 @@ def resolve(
             )
         if head_dim % 8:
             raise ValueError(f"attention='cudnn' needs head_dim % 8 == 0, got {head_dim}")
-    if implementation == "splash":
-        if platform != "tpu":
-            raise ValueError(f"attention='splash' needs a TPU, but this program runs on {platform}")
+    if implementation in ("splash", "flash"):
+        native = "tpu" if implementation == "splash" else "gpu"
+        if platform.replace("cuda", "gpu") != native and launch.current_mode() == "native":
+            raise ValueError(
+                f"attention={implementation!r} needs a {native.upper()}, but this program runs "
+                f"on {platform} (memr1.models.kernels.launch.pallas_mode('interpret') runs it "
+                "anywhere, slowly)"
+            )
+        if implementation == "flash" and gpu and not _flash_fits(head_dim, dtype):
+            raise ValueError(
+                f"attention='flash' needs a power-of-two head_dim in [16, 256] on a GPU, got "
+                f"{head_dim}"
+            )
         if t != s:
             return "chunked"
     return implementation
+
+
+def _flash_fits(head_dim: int, dtype) -> bool:
+    # Triton tiles are powers of two; a dot needs at least 16 along its contraction.
+    pow2 = head_dim & (head_dim - 1) == 0
+    return pow2 and 16 <= head_dim <= 256 and dtype in (jnp.bfloat16, jnp.float16, jnp.float32)
 
 
 def _cudnn_fits(head_dim: int, dtype) -> bool:
@@ -98,14 +139,29 @@ def attend(
     q_BTHN: jax.Array,
     k_BKSN: jax.Array,
     v_BKSN: jax.Array,
-    mask_BTS: jax.Array,
+    mask_BTS: jax.Array | masks.PackedMask,
     *,
     implementation: str = "auto",
     chunk: int = 512,
 ) -> jax.Array:
     """Attention output [B, T, H, N] in the dtype of `v_BKSN`, by the kernel `resolve` picks."""
     b, t, h, n = q_BTHN.shape
-    kernel = resolve(implementation, t=t, s=k_BKSN.shape[2], head_dim=n, dtype=q_BTHN.dtype)
+    packed = isinstance(mask_BTS, masks.PackedMask)
+    kernel = resolve(
+        implementation,
+        t=t,
+        s=k_BKSN.shape[2],
+        head_dim=n,
+        dtype=q_BTHN.dtype,
+        packed=packed,
+    )
+    if kernel in ("flash", "splash") and packed:
+        return packed_kernel_attention(kernel, q_BTHN, k_BKSN, v_BKSN, mask_BTS.segments_BT)
+    if kernel == "flash":  # a full causal pass: every real token in the prompt segment
+        seg_BT = jnp.where(mask_BTS[:, -1, :], 0, -1)
+        return packed_kernel_attention(kernel, q_BTHN, k_BKSN, v_BKSN, seg_BT)
+    if packed:
+        mask_BTS = mask_BTS.dense()
     if kernel == "einsum":
         return einsum_attention(q_BTHN, k_BKSN, v_BKSN, mask_BTS)
     if kernel == "chunked":
@@ -113,6 +169,34 @@ def attend(
     if kernel == "cudnn":
         return cudnn_attention(q_BTHN, k_BKSN, v_BKSN, mask_BTS)
     return splash_attention(q_BTHN, k_BKSN, v_BKSN, mask_BTS)
+
+
+def per_shard(fn, in_names, out_names):
+    """`fn` run per shard of its arguments' logical axes under the active mesh (`shard_map`);
+    `fn` itself without one. A Pallas call is opaque to XLA's partitioner."""
+    mesh = sharding.active_mesh()
+    if mesh is None:
+        return fn
+    spec = functools.partial(sharding.logical_to_spec, rules=sharding.active_rules())
+    return jax.shard_map(
+        fn,
+        mesh=mesh,
+        in_specs=tuple(spec(names) for names in in_names),
+        out_specs=spec(out_names),
+        check_vma=False,
+    )
+
+
+def packed_kernel_attention(kernel: str, q_BTHN, k_BKSN, v_BKSN, segments_BT) -> jax.Array:
+    """The block-skipping `kernel` ("flash" or "splash") over rows with segment ids [B, T]
+    (`masks.packed_allowed`), per shard of batch and heads under a mesh."""
+    from memr1.models.kernels import flash_gpu, splash_packed
+
+    fn = flash_gpu.flash_attention if kernel == "flash" else splash_packed.splash_packed_attention
+    q_names = ("batch", "length", "q_heads", "head_dim")
+    kv_names = ("batch", "kv_heads", "length", "head_dim")
+    run = per_shard(fn, (q_names, kv_names, kv_names, ("batch", "length")), q_names)
+    return run(q_BTHN, k_BKSN, v_BKSN, segments_BT)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -233,13 +317,18 @@ def splash_segments(mask_BTS: jax.Array) -> tuple[jax.Array, int]:
     return jnp.pad(valid_BS, ((0, 0), (0, padded - t))), padded
 
 
-def splash_attention(q_BTHN, k_BKSN, v_BKSN, mask_BTS, *, interpret: bool = False) -> jax.Array:
+def splash_attention(
+    q_BTHN, k_BKSN, v_BKSN, mask_BTS, *, interpret: bool | None = None
+) -> jax.Array:
     """The Pallas splash kernel over (batch, key/value head), each a multi-query call of G heads.
 
-    `interpret=True` runs the kernel in Pallas' interpreter (any backend; tests).
+    `interpret=True` runs the kernel in Pallas' interpreter (any backend; tests); default: as
+    `kernels.launch.pallas_mode` says.
     """
     from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
+    if interpret is None:
+        interpret = launch.current_mode() == "interpret"
     b, t, h, n = q_BTHN.shape
     kv, s = k_BKSN.shape[1], k_BKSN.shape[2]
     if t != s:
@@ -263,22 +352,12 @@ def splash_attention(q_BTHN, k_BKSN, v_BKSN, mask_BTS, *, interpret: bool = Fals
     def rows(q, k, v, seg):
         return jax.vmap(one_row)(q, k, v, seg)
 
-    mesh = sharding.active_mesh()
-    if mesh is not None:
-        # A Pallas call is opaque to XLA's partitioner: run it per shard of batch and heads.
-        spec = functools.partial(sharding.logical_to_spec, rules=sharding.active_rules())
-        rows = jax.shard_map(
-            rows,
-            mesh=mesh,
-            in_specs=(
-                spec(("batch", "kv_heads", None, None, None)),
-                spec(("batch", "kv_heads", None, None)),
-                spec(("batch", "kv_heads", None, None)),
-                spec(("batch", None)),
-            ),
-            out_specs=spec(("batch", "kv_heads", None, None, None)),
-            check_vma=False,
-        )
+    kv_names = ("batch", "kv_heads", None, None)
+    rows = per_shard(
+        rows,
+        (("batch", "kv_heads", None, None, None), kv_names, kv_names, ("batch", None)),
+        ("batch", "kv_heads", None, None, None),
+    )
     out_BKGTN = rows(q_BKGTN, k_BKSN, v_BKSN, seg_BT)
     out_BTHN = out_BKGTN.transpose(0, 3, 1, 2, 4).reshape(b, tp, h, n)
     return out_BTHN[:, :t].astype(dt)

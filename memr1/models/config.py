@@ -14,7 +14,7 @@ from typing import Any
 import jax.numpy as jnp
 
 # Attention kernels (memr1.models.attention): "auto" picks one per call by backend and shape.
-ATTENTION_IMPLEMENTATIONS = ("auto", "einsum", "chunked", "cudnn", "splash")
+ATTENTION_IMPLEMENTATIONS = ("auto", "einsum", "chunked", "cudnn", "splash", "flash")
 REMAT_POLICIES = ("full", "minimal")
 
 
@@ -65,10 +65,12 @@ class ModelConfig:
     # their per-layer layout; see `Transformer._scan_blocks` and docs/benchmarks.md.
     scan_layers: bool = False
     # The attention kernel of passes with more than one query position (prefill, training; decode
-    # steps use einsum): "auto" (cuDNN on GPU, splash on TPU, chunked elsewhere), "einsum"
-    # (float32 scores [B, K, T*G, S] at once), "chunked" (blocks of `attention_chunk` query
-    # positions), "cudnn" or "splash". See `memr1.models.attention`. A pass of at most
-    # `attention_chunk` positions is one block, i.e. exactly the einsum program.
+    # steps use einsum): "auto" (packed GRPO rows: flash on GPU, splash on TPU; other passes:
+    # cuDNN on GPU, splash on TPU; chunked elsewhere), "einsum" (float32 scores [B, K, T*G, S]
+    # at once), "chunked" (blocks of `attention_chunk` query positions), "cudnn", "splash" or
+    # "flash" (Pallas/Triton, skips the packed mask's dead blocks). See
+    # `memr1.models.attention`. A pass of at most `attention_chunk` positions is one block,
+    # i.e. exactly the einsum program.
     attention: str = "auto"
     attention_chunk: int = 512
 

@@ -6,10 +6,11 @@ graph definition with the given parameters, so samplers and update steps can don
 checkpoint parameters as plain pytrees.
 
 Attention takes an explicit boolean mask [B, T, S] (query position t may read key slot s), built by
-the caller from left/right padding and causality (see `memr1.models.masks`). With a KV cache, the
-T new keys/values are written at slots [cache_index, cache_index + T) of a preallocated
-[B, K, S, N] buffer and attention reads all S slots through the mask. The attention kernel
-(`cfg.attention`) is chosen per call in `memr1.models.attention`.
+the caller from left/right padding and causality (see `memr1.models.masks`), or for packed GRPO
+rows a `masks.PackedMask` (their segment ids, which the block-skipping kernels read). With a KV
+cache, the T new keys/values are written at slots [cache_index, cache_index + T) of a
+preallocated [B, K, S, N] buffer and attention reads all S slots through the mask. The attention
+kernel (`cfg.attention`) is chosen per call in `memr1.models.attention`.
 
 With `cfg.scan_layers`, a forward pass without a cache runs the blocks as one `lax.scan` over
 their weights stacked inside the call (the parameters keep one `Block` per layer); that is what

@@ -13,10 +13,9 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
-from memr1.models import attention, masks
-from memr1.models.transformer import forward, logits_fn, with_config
+from memr1.models import masks
+from memr1.models.transformer import forward, logits_fn
 
 
 def chunked_token_logprobs(
@@ -116,24 +115,16 @@ def packed_logprobs(
     columns [N, L]: the prompt runs once per group, no reply is padded to another's length.
 
     `mb` holds the packed fields tokens, segments, positions [N, W] and target_index,
-    predictor_index, response_mask [N, L]. The hidden states that predict the replies are
-    gathered before the head, so the unembedding runs on the L reply columns only.
+    predictor_index, response_mask [N, L]. Attention gets the segments as a `masks.PackedMask`,
+    so the block-skipping kernels run on GPU and TPU (`memr1.models.attention`). The hidden
+    states that predict the replies are gathered before the head, so the unembedding runs on
+    the L reply columns only.
 
     Returns:
       (logp_NL, entropy_NL), 0 where `response_mask` is False.
     """
-    cfg = nnx.merge(graphdef, params).cfg
-    if cfg.attention == "splash":
-        raise ValueError(
-            "packed GRPO rows (train.shared_prompt) need a general attention mask, which the "
-            "splash kernel (model.attention='splash') cannot take: use 'auto' or 'chunked'"
-        )
-    if cfg.attention == "auto" and attention.backend() == "tpu":
-        # 'auto' would pick splash for T == S, whose mask is causal + padding only.
-        graphdef = with_config(graphdef, params, attention="chunked")
-    h_NWD, _ = forward(
-        graphdef, params, mb["tokens"], mb["positions"], masks.packed_mask(mb["segments"])
-    )
+    mask = masks.PackedMask(mb["segments"])  # its segments: the kernels skip dead blocks
+    h_NWD, _ = forward(graphdef, params, mb["tokens"], mb["positions"], mask)
     h_NLD = jnp.take_along_axis(h_NWD, mb["predictor_index"][..., None], axis=1)
     targets_NL = jnp.take_along_axis(mb["tokens"], mb["target_index"], axis=1)
     logp, ent = chunked_token_logprobs(

@@ -236,8 +236,10 @@ def test_splash_refuses_a_cache_extending_pass():
 # ----------------------------------------------------------------------------------------------
 
 
-def _resolve(impl, platform, t=64, s=64, n=128, dtype=jnp.bfloat16):
-    return attention.resolve(impl, t=t, s=s, head_dim=n, dtype=dtype, platform=platform)
+def _resolve(impl, platform, t=64, s=64, n=128, dtype=jnp.bfloat16, packed=False):
+    return attention.resolve(
+        impl, t=t, s=s, head_dim=n, dtype=dtype, platform=platform, packed=packed
+    )
 
 
 def test_auto_picks_by_backend_and_shape():
@@ -253,6 +255,14 @@ def test_auto_picks_by_backend_and_shape():
     assert _resolve("auto", "tpu") == "splash"
     assert _resolve("auto", "tpu", t=16, s=80) == "chunked"  # a cache-extending pass
     assert _resolve("auto", "tpu", n=64) == "chunked"
+    # Packed GRPO rows: the block-skipping kernels where they apply.
+    assert _resolve("auto", "gpu", packed=True) == "flash"
+    assert _resolve("auto", "gpu", packed=True, dtype=jnp.float32) == "flash"
+    assert _resolve("auto", "gpu", packed=True, n=96) == "cudnn"  # Triton: power-of-two tiles
+    assert _resolve("auto", "tpu", packed=True) == "splash"
+    assert _resolve("auto", "tpu", packed=True, n=64) == "chunked"
+    assert _resolve("auto", "cpu", packed=True) == "chunked"
+    assert _resolve("auto", "gpu", packed=True, t=1) == "einsum"
 
 
 def test_explicit_choices_and_their_errors():
@@ -260,6 +270,9 @@ def test_explicit_choices_and_their_errors():
     assert _resolve("chunked", "gpu") == "chunked"
     assert _resolve("cudnn", "gpu", t=1) == "einsum"
     assert _resolve("splash", "tpu", t=16, s=80) == "chunked"
+    assert _resolve("flash", "gpu") == "flash"  # a full causal pass: segments from validity
+    assert _resolve("flash", "gpu", t=16, s=80) == "chunked"
+    assert _resolve("splash", "tpu", packed=True) == "splash"
     with pytest.raises(ValueError, match="'cudnn' needs a GPU, but this program runs on cpu"):
         _resolve("cudnn", "cpu")
     with pytest.raises(ValueError, match="bfloat16 or float16"):
@@ -268,8 +281,8 @@ def test_explicit_choices_and_their_errors():
         _resolve("cudnn", "gpu", n=12)
     with pytest.raises(ValueError, match="'splash' needs a TPU"):
         _resolve("splash", "cpu")
-    with pytest.raises(ValueError, match="'flash' is not one of"):
-        _resolve("flash", "cpu")
+    with pytest.raises(ValueError, match="'flash2' is not one of"):
+        _resolve("flash2", "cpu")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,10 +1,11 @@
 """The model with chunked attention computes what it computes with einsum attention.
 
 Through the paths that call attention with more than one query position: the update's
-log-probs and their gradients (whole rows, and GRPO groups whose prompt runs once into a KV cache
-the responses extend), and the sampler's prefill. The model is small with odd sizes (vocab 97,
-6 query heads over 2 key/value heads, 29-token rows) and chunks of 8 positions, so every pass
-has a remainder chunk. A compile-only check at Qwen2.5-3B widths shows what chunking saves.
+log-probs and their gradients (whole rows, and GRPO groups packed one a row, also through the
+block-skipping Pallas kernels in their interpreter), and the sampler's prefill. The model is
+small with odd sizes (vocab 97, 6 query heads over 2 key/value heads, 29-token rows) and chunks
+of 8 positions, so every pass has a remainder chunk. A compile-only check at Qwen2.5-3B
+widths shows what chunking saves.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 
 from memr1.models import config, transformer
 from memr1.models.config import get_size
+from memr1.models.kernels import launch
 from memr1.rl import logprobs
 from memr1.sampling.sampler import Sampler
 from tests.tool import load_tool
@@ -107,6 +109,14 @@ def test_packed_logprobs_match_einsum():
     _assert_same_update(logprobs.packed_logprobs, CFG, 1e-5, _packed_rows())
 
 
+@pytest.mark.parametrize("kernel", ["flash", "splash"])
+def test_packed_logprobs_through_the_block_skipping_kernels_match_einsum(kernel):
+    """The update's log-probs and every weight's gradient with the Pallas kernels (interpreted)
+    in every block: ragged groups, padding columns, 3 query heads a K/V head, remat, scan."""
+    with launch.pallas_mode("interpret"):
+        _assert_same_update(logprobs.packed_logprobs, CFG, 1e-5, _packed_rows(), kernel=kernel)
+
+
 def test_sampler_prefill_with_chunked_attention_matches_einsum():
     einsum_gd, chunked_gd, params = _graphdefs(CFG.replace(remat=False, scan_layers=False))
     prompts = [[5, 6, 7], list(range(1, 18)), list(range(40, 51))]  # bucket 32: four chunks
@@ -121,8 +131,8 @@ def test_sampler_prefill_with_chunked_attention_matches_einsum():
 
 
 def test_config_rejects_unknown_kernels_and_chunks():
-    with pytest.raises(ValueError, match="attention='flash' is not one of"):
-        CFG.replace(attention="flash")
+    with pytest.raises(ValueError, match="attention='flash2' is not one of"):
+        CFG.replace(attention="flash2")
     with pytest.raises(ValueError, match="attention_chunk=0 must be >= 1"):
         CFG.replace(attention_chunk=0)
 
