@@ -22,10 +22,16 @@ Per device, the estimate is
   update   = gradients (+ the critic's) + max(float32 accumulators + activations,
                                               optimiser temporaries)
   rollout  = decode copy + KV cache of the rollout rows + one layer's prefill attention
-  total    = resident + max(update, rollout)
+  save     = 0 (an asynchronous checkpoint save's copy of the state is in host memory)
+  total    = resident + max(update, rollout) + save
 
-because the rollout and the update alternate and share only the resident state. No compute-dtype
-copy of the trained weights exists: the model casts each weight inside its matmul
+because the rollout and the update alternate and share only the resident state. A checkpoint
+save (`memr1.train.checkpoint.host_copy`) moves the state's arrays straight into the devices'
+host memory space before the writer starts, so the steps that run while it writes reuse the
+state's own buffers (they donate it) and the device holds nothing for it; each host holds its
+devices' shards of the saved state (the row's `save["host"]`, a device's weights, AdamW moments,
+critic and its moments; column "ckpt-host") until the write ends. No compute-dtype copy of the
+trained weights exists: the model casts each weight inside its matmul
 (`memr1.train.state`). The decode copy is the bf16 copy of the weights a rollout samples from
 (`memr1.sampling.layout.rollout_params`): whole on every device of the data x fsdp axes, split
 only over the tensor axis, so each device decodes its own share of the rows. On one host it
@@ -111,6 +117,8 @@ GIB = 2**30
 SETUPS = {
     "1x141GB": {"devices": "1x H200 (141 GB)", "mesh": (1, 1, 1), "hosts": 1,
                 "capacity": 143_771 * 2**20},
+    "1x80GB": {"devices": "1x H100 (80 GB)", "mesh": (1, 1, 1), "hosts": 1,
+               "capacity": 81_559 * 2**20},
     "2x141GB-fsdp": {"devices": "2x H200", "mesh": (1, 2, 1), "hosts": 1,
                      "capacity": 143_771 * 2**20},
     "8x80GB-fsdp": {"devices": "8x H100 (80 GB)", "mesh": (1, 8, 1), "hosts": 1,
@@ -212,7 +220,10 @@ def estimate(
     resident = p_bytes + o_bytes + reference + partner + partner_replica + critic + critic_opt
     backward = accum + critic_accum + act["total"] + critic_act
     update = grads + critic_grads + max(backward, optimizer)
-    total = resident + max(update, roll["total"])
+    # An asynchronous checkpoint save copies the saved state (weights, moments, critic)
+    # straight into host memory (`memr1.train.checkpoint.host_copy`): nothing on the device.
+    save = {"device": 0, "host": p_bytes + o_bytes + critic + critic_opt}
+    total = resident + max(update, roll["total"]) + save["device"]
     capacity = spec["capacity"]
     fits = "yes" if total <= (1 - margin) * capacity else ("tight" if total <= capacity else "no")
     return {
@@ -235,6 +246,7 @@ def estimate(
         "optimizer_temps": optimizer,
         "activations": act,
         "rollout": roll,
+        "save": save,
         "resident": resident,
         "update": update,
         "total": total,
@@ -247,7 +259,7 @@ def estimate(
 
 def format_table(rows: list[dict]) -> str:
     cols = ("size", "setup", "params", "adamw", "ref", "agent", "agent*", "critic", "grads")
-    cols += ("accum", "act", "decode", "rollout", "total", "device", "fits")
+    cols += ("accum", "act", "decode", "rollout", "save", "total", "device", "fits", "ckpt-host")
     lines = [cols]
     for r in rows:
         gib = lambda n: f"{n / GIB:.1f}"
@@ -266,9 +278,11 @@ def format_table(rows: list[dict]) -> str:
                 gib(r["activations"]["total"]),
                 gib(r["rollout"]["decode_copy"]),
                 gib(r["rollout"]["total"]),
+                gib(r["save"]["device"]),
                 gib(r["total"]),
                 gib(r["capacity"]),
                 r["fits"] + (" (mesh!)" if r["mesh_problems"] else ""),
+                gib(r["save"]["host"]),
             )
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(cols))]
@@ -332,9 +346,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(format_table(rows))
     print(
-        "total = params + adamw + ref + agent + agent* + critic + max(update, rollout); "
+        "total = params + adamw + ref + agent + agent* + critic + max(update, rollout) + save; "
         "update = grads + max(accum + act, optimiser temporaries); rollout = decode + KV cache "
-        "+ prefill; agent* = the answerer's process-local replica (several hosts)"
+        "+ prefill; agent* = the answerer's process-local replica (several hosts); save = a "
+        "checkpoint save's device bytes, ckpt-host = its host-memory copy of a device's shards"
     )
     if args.json:
         from memr1.atomic import write_json_atomic

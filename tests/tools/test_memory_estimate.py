@@ -44,6 +44,17 @@ def test_several_hosts_hold_the_answerer_whole_beside_the_decode_copy():
     assert "compute_copy" not in one  # the model casts each weight inside its matmul
 
 
+def test_a_checkpoint_save_holds_its_copy_in_host_memory():
+    """`memr1.train.checkpoint.host_copy`: a device's shards of the saved state (weights, AdamW
+    moments, the critic) go to host memory, nothing stays on the device for the write
+    (tests/train/test_checkpoint_memory.py measures it)."""
+    tool = load_tool("memory_estimate")
+    for algo in ("grpo", "ppo"):
+        est = tool.estimate("tiny", "8x80GB-fsdp", tool.Workload(algo=algo))
+        assert est["save"] == {"device": 0, "host": est["params"] + est["adamw"] + est["critic"]}
+        assert est["total"] == est["resident"] + max(est["update"], est["rollout"]["total"])
+
+
 def test_tpu_setups_are_listed_with_their_chips():
     tool = load_tool("memory_estimate")
     for name, capacity in (("v5e-16", 16 * 10**9), ("v5p-16", 95 * 10**9)):
