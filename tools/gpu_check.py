@@ -29,7 +29,7 @@ The JSON (`--out`; default `$OUT/gpu_check.json` where $OUT is set, else `gpu_ch
 rewritten (atomically) after every phase, so a run killed mid-way keeps what it measured:
 `preflight` (Python, jax, jaxlib, flax, optax, numpy and CUDA versions, the device and its
 memory), `setup` (the state's init), `rollout`, `gap`, `update` (each with its wall and compile
-seconds and the device's peak bytes), `compiles` (XLA backend compiles per phase, seconds),
+seconds and the device's peak bytes so far), `compiles` (XLA backend compiles per phase, seconds),
 `goals` (rollout >= 15,000 new tokens/s at 64 rows, update MFU >= 50%; judged on a GPU only),
 `errors`, `ok`, `wall_s`. The PyTorch/HF peer figures (H200) are in docs/benchmarks.md.
 
@@ -272,6 +272,10 @@ def run_phases(args, report: Report) -> None:
     for name, phase in (("setup", setup), ("rollout", rollout), ("gap", gap), ("update", update)):
         report.compiles.phase = name
         started = time.perf_counter()
+        budget = report.data["budget_s"]
+        if budget is not None and started - report.t0 > budget:
+            report.data["errors"].append(f"{name}: not started, the {budget} s budget is spent")
+            return
         print(f"gpu_check: {name} ...", flush=True)
         try:
             fields = phase()

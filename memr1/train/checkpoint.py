@@ -49,6 +49,7 @@ instead (experiments/README.md).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -65,12 +66,27 @@ BEST = "best"  # the step name of the best checkpoint in `DIR:best`
 HOST_MEMORY = "pinned_host"  # the memory space an asynchronous save's copy lives in
 
 
+def has_host_memory() -> bool:
+    """Whether every local device has a `HOST_MEMORY` space (CPU, GPU and TPU backends do)."""
+    return all(
+        any(m.kind == HOST_MEMORY for m in d.addressable_memories()) for d in jax.local_devices()
+    )
+
+
 def host_copy(tree: Any) -> Any:
     """A copy of `tree`'s arrays in their devices' host memory (`HOST_MEMORY`), each in its own
     sharding, complete when this returns: what an asynchronous save writes from, so that the
     device arrays are free for the next (donating) step. It takes no device memory: each shard
     moves straight into host memory. Leaves that are not jax arrays, or already in host memory,
-    are kept as they are."""
+    are kept as they are. On a backend without that memory space the tree is returned as it is
+    (Orbax then copies to the host itself) and a warning says so."""
+    if not has_host_memory():
+        logging.warning(
+            "checkpoint: the devices have no %r memory; an asynchronous save writes from "
+            "Orbax's own host transfer, which may keep the saved arrays on the device",
+            HOST_MEMORY,
+        )
+        return tree
 
     def target(x):
         if not isinstance(x, jax.Array) or x.sharding.memory_kind == HOST_MEMORY:

@@ -137,6 +137,16 @@ def test_a_failed_phase_is_named_and_the_earlier_ones_are_kept(tmp_path, monkeyp
     assert report.data["errors"] == ["rollout: RuntimeError: out of memory"]
 
 
+def test_no_phase_starts_once_the_budget_is_spent(tmp_path):
+    tool = load_tool("gpu_check")
+    args = tool.parse_args(["--out", str(tmp_path / "r.json")])  # a GPU run: 420 s
+    report = tool.Report(args.out, args.mode, tool.Compiles())
+    report.t0 -= tool.BUDGET_S + 1
+    tool.run_phases(args, report)
+    assert report.data["errors"] == ["setup: not started, the 420 s budget is spent"]
+    assert report.data["phases"] == []
+
+
 def test_the_checks_workload_fits_one_80gb_gpu():
     """tools/memory_estimate.py for the check's GPU shape: 32 packed rows of a 512-token prompt
     and 2 x 128 reply columns, bf16 weights and moments, no KL reference, one micro-batch."""

@@ -93,3 +93,11 @@ def test_the_host_copy_is_in_host_memory_and_holds_the_same_values(policy):
     assert tiny.leaves_equal(copy, s0)
     again = checkpoint.host_copy(copy)  # already in host memory: kept as it is
     assert all(a is b for a, b in zip(jax.tree.leaves(again), jax.tree.leaves(copy), strict=True))
+
+
+def test_without_a_host_memory_space_the_state_is_saved_as_it_is(policy, monkeypatch, caplog):
+    _, s0 = policy
+    monkeypatch.setattr(checkpoint, "has_host_memory", lambda: False)
+    with caplog.at_level("WARNING"):
+        assert checkpoint.host_copy(s0) is s0
+    assert "no 'pinned_host' memory" in caplog.text
