@@ -4,8 +4,8 @@
   python tools/gpu_check.py ...            # the same, without the carried-wheel step
 
 Random bf16 weights at the Qwen2.5-3B shape, the recipe's model settings (bf16 compute, full
-remat, the blocks as one scan), one device (or FSDP over every device JAX sees). Three phases,
-each compiling one program of the model:
+remat, the blocks as one scan), one device (or FSDP over every device JAX sees). Three phases
+(tools/gpu_check_phases.py), each compiling one program of the model:
   rollout  32 prompts (random ids, 384 to 512 of them) x G = 2 samples of 128 new tokens at
            temperature 1 through `TextPolicy.complete_ids`, the trainer's rollout interface: one
            sampler program, called twice (the first call compiles it; the second is timed).

@@ -26,7 +26,7 @@ Per device, the estimate is
   total    = resident + max(update, rollout) + save
 
 because the rollout and the update alternate and share only the resident state. A checkpoint
-save (`memr1.train.checkpoint.host_copy`) moves the state's arrays straight into the devices'
+save (`memr1.train.host_memory.host_copy`) moves the state's arrays straight into the devices'
 host memory space before the writer starts, so the steps that run while it writes reuse the
 state's own buffers (they donate it) and the device holds nothing for it; each host holds its
 devices' shards of the saved state (the row's `save["host"]`, a device's weights, AdamW moments,
@@ -172,11 +172,7 @@ class Workload:
 
 
 def estimate(
-    size: str,
-    setup: str,
-    w: Workload = Workload(),
-    margin: float = 0.1,
-    layers: int | None = None,
+    size: str, setup: str, w: Workload = Workload(), margin: float = 0.1, layers: int | None = None
 ) -> dict:
     """Per-device bytes of every component, the total and the verdict for one setup.
 
@@ -220,8 +216,7 @@ def estimate(
     resident = p_bytes + o_bytes + reference + partner + partner_replica + critic + critic_opt
     backward = accum + critic_accum + act["total"] + critic_act
     update = grads + critic_grads + max(backward, optimizer)
-    # An asynchronous checkpoint save copies the saved state (weights, moments, critic)
-    # straight into host memory (`memr1.train.checkpoint.host_copy`): nothing on the device.
+    # A save's copy of the state goes straight to host memory (`host_memory.host_copy`).
     save = {"device": 0, "host": p_bytes + o_bytes + critic + critic_opt}
     total = resident + max(update, roll["total"]) + save["device"]
     capacity = spec["capacity"]

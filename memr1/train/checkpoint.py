@@ -27,13 +27,14 @@ Saving: synchronous by default (the state is on disk when `save` returns); `asyn
 (what `memr1.train` uses) returns once the arrays are copied off the devices and writes them in
 a background thread while training continues, so a 7B GRPO state (~92 GB: float32 weights and
 two AdamW moments) costs the loop a device-to-host copy, not the write. That copy is ours
-(`host_copy`): every array moved, in its own sharding, into the devices' host memory space
-(`pinned_host`) before `save` returns, and Orbax writes from it. The device then holds nothing
-for the save: the next step, which donates the state, reuses its buffers while the write runs,
-and each host holds its own devices' shards until the write ends. Orbax's own transfer would
-not guarantee that: on the CPU backend it hands the writer numpy views of the device buffers,
-which keep them alive and make the donating step allocate a second state beside them (an SFT
-run on CPU held 2x the state while a save was in flight; tests/train/test_checkpoint_memory.py).
+(`memr1.train.host_memory.host_copy`): every array moved, in its own sharding, into the
+devices' host memory space (`pinned_host`) before `save` returns, and Orbax writes from it. The
+device then holds nothing for the save: the next step, which donates the state, reuses its
+buffers while the write runs, and each host holds its own devices' shards until the write ends.
+Orbax's own transfer would not guarantee that: on the CPU backend it hands the writer numpy
+views of the device buffers, which keep them alive and make the donating step allocate a second
+state beside them (an SFT run on CPU held 2x the state while a save was in flight;
+tests/train/test_checkpoint_memory.py).
 Whatever reads the directory waits for an unfinished save first (`all_steps`, `latest_step`,
 `position`, `restore*`, metadata), as do the next `save` and `close`, so at most one save is in
 flight, a reader never sees a half-written step as missing and a process never exits before its
@@ -49,7 +50,6 @@ instead (experiments/README.md).
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -59,49 +59,11 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from memr1.train import lora
+from memr1.train.host_memory import host_copy
 from memr1.train.state import TrainState
 
 COMMIT_MARKER = "commit_success.txt"  # written by Orbax as the last file of a step
 BEST = "best"  # the step name of the best checkpoint in `DIR:best`
-HOST_MEMORY = "pinned_host"  # the memory space an asynchronous save's copy lives in
-
-
-def has_host_memory() -> bool:
-    """Whether every local device has a `HOST_MEMORY` space (CPU, GPU and TPU backends do)."""
-    return all(
-        any(m.kind == HOST_MEMORY for m in d.addressable_memories()) for d in jax.local_devices()
-    )
-
-
-def host_copy(tree: Any) -> Any:
-    """A copy of `tree`'s arrays in their devices' host memory (`HOST_MEMORY`), each in its own
-    sharding, complete when this returns: what an asynchronous save writes from, so that the
-    device arrays are free for the next (donating) step. It takes no device memory: each shard
-    moves straight into host memory. Leaves that are not jax arrays, or already in host memory,
-    are kept as they are. On a backend without that memory space the tree is returned as it is
-    (Orbax then copies to the host itself) and a warning says so."""
-    if not has_host_memory():
-        logging.warning(
-            "checkpoint: the devices have no %r memory; an asynchronous save writes from "
-            "Orbax's own host transfer, which may keep the saved arrays on the device",
-            HOST_MEMORY,
-        )
-        return tree
-
-    def target(x):
-        if not isinstance(x, jax.Array) or x.sharding.memory_kind == HOST_MEMORY:
-            return None
-        return x.sharding.with_memory_kind(HOST_MEMORY)
-
-    leaves, treedef = jax.tree.flatten(tree)
-    moves = [(i, x, target(x)) for i, x in enumerate(leaves)]
-    moves = [(i, x, s) for i, x, s in moves if s is not None]
-    if moves:
-        idx, arrays, shardings = zip(*moves, strict=True)
-        copies = jax.block_until_ready(jax.device_put(list(arrays), list(shardings)))
-        for i, copy in zip(idx, copies, strict=True):
-            leaves[i] = copy
-    return jax.tree.unflatten(treedef, leaves)
 
 
 class CheckpointNotFoundError(FileNotFoundError):

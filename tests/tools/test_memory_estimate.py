@@ -45,7 +45,7 @@ def test_several_hosts_hold_the_answerer_whole_beside_the_decode_copy():
 
 
 def test_a_checkpoint_save_holds_its_copy_in_host_memory():
-    """`memr1.train.checkpoint.host_copy`: a device's shards of the saved state (weights, AdamW
+    """`memr1.train.host_memory.host_copy`: a device's shards of the saved state (weights, AdamW
     moments, the critic) go to host memory, nothing stays on the device for the write
     (tests/train/test_checkpoint_memory.py measures it)."""
     tool = load_tool("memory_estimate")

@@ -5,7 +5,8 @@ Live device bytes are read from `jax.live_arrays()`, each buffer once (Orbax's p
 of an array are Array objects of their own over the same buffer) and in device memory only (the
 save's copy is in the host memory space). Orbax's write is held at a gate until the step has run
 and been measured, so the measurement is taken while the save is in flight, every time. Without
-the host copy (`checkpoint.host_copy`) the step ran beside a second state: 2x the state on CPU.
+the host copy (`memr1.train.host_memory.host_copy`) the step ran beside a second state: 2x the
+state on CPU.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import jax
 import pytest
 from orbax.checkpoint._src.serialization import jax_array_handlers
 
-from memr1.train import checkpoint
+from memr1.train import checkpoint, host_memory
 from tests.tool import load_tool
 from tests.train import tiny
 
@@ -86,18 +87,18 @@ def test_the_step_after_an_async_save_runs_in_the_states_own_memory(
 
 def test_the_host_copy_is_in_host_memory_and_holds_the_same_values(policy):
     _, s0 = policy
-    copy = checkpoint.host_copy(s0)
+    copy = host_memory.host_copy(s0)
     kinds = {x.sharding.memory_kind for x in jax.tree.leaves(copy)}
-    assert kinds == {checkpoint.HOST_MEMORY}
+    assert kinds == {host_memory.HOST_MEMORY}
     assert jax.tree.structure(copy) == jax.tree.structure(s0)
     assert tiny.leaves_equal(copy, s0)
-    again = checkpoint.host_copy(copy)  # already in host memory: kept as it is
+    again = host_memory.host_copy(copy)  # already in host memory: kept as it is
     assert all(a is b for a, b in zip(jax.tree.leaves(again), jax.tree.leaves(copy), strict=True))
 
 
 def test_without_a_host_memory_space_the_state_is_saved_as_it_is(policy, monkeypatch, caplog):
     _, s0 = policy
-    monkeypatch.setattr(checkpoint, "has_host_memory", lambda: False)
+    monkeypatch.setattr(host_memory, "has_host_memory", lambda: False)
     with caplog.at_level("WARNING"):
-        assert checkpoint.host_copy(s0) is s0
+        assert host_memory.host_copy(s0) is s0
     assert "no 'pinned_host' memory" in caplog.text

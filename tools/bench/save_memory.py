@@ -7,7 +7,7 @@ written asynchronously as every run writes them) on a few synthetic chat rows an
 every step (the step's state ready, before its own save starts; the previous step's save may
 still be writing), reads `jax.live_arrays()` three ways: every array's bytes (Orbax's per-shard
 views of an array are Array objects of their own, so buffers count again), the arrays in device
-memory only (`memr1.train.checkpoint.host_copy` puts the save's copy in host memory), and the
+memory only (`memr1.train.host_memory.host_copy` puts the save's copy in host memory), and the
 device buffers each counted once. Prints a table against the train state's bytes and writes
 JSON. A physical count, not a timing. Whether a save is in flight at a step's end depends on the
 write's speed; the table says so per step (tests/train/test_checkpoint_memory.py holds a write
