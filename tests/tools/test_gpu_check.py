@@ -19,6 +19,9 @@ import pytest
 
 from tests.tool import load_tool
 
+# Starts JAX in subprocesses or compiles models: seconds each on 2 cores (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tools" / "gpu_check.sh"
 
@@ -32,7 +35,6 @@ def _script(args, tmp_path, timeout=120, **env):
     )  # fmt: skip
 
 
-@pytest.mark.slow
 def test_the_dry_run_writes_every_phase(tmp_path):
     """Three compiles of the tiny model on the CPU: ~20 s of CPU time."""
     out = tmp_path / "out" / "gpu_check.json"
