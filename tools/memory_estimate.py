@@ -57,9 +57,11 @@ gradient (summed over the rows before it is reduce-scattered), plus under FSDP t
 weight gathered whole: ~10 bytes x V x D a device, 5 GiB at Qwen-7B widths, whatever the layer
 count. Then one block at a time: its recompute and backward (~10 [T, D] and 4 [T, F] tensors,
 and the [rows, heads, T, T] attention scores at ~12 bytes each: float32 scores and
-probabilities and their gradient; an upper bound where `model.attention` chunks or fuses it),
-and under FSDP its float32 weights gathered, double-buffered. With `model.scan_layers` (the
-recipe's) the blocks' weight shards are also stacked inside the step for the whole pass, and
+probabilities and their gradient, an upper bound where `model.attention` chunks them; a fused
+kernel, what "auto" runs on an accelerator (flash on GPU and splash on TPU for packed rows,
+`--attention`), keeps none, only ~8 bytes of row statistics a query and head), and under FSDP
+its float32 weights gathered, double-buffered. With `model.scan_layers` (the recipe's) the
+blocks' weight shards are also stacked inside the step for the whole pass, and
 their gradient accumulated stacked: two block-weight-sized buffers. The guarded optimiser update
 then computes new weights and both new moments before choosing them or the old ones: three
 float32 trained-size temporaries, after the activations are gone. Not counted: fragmentation
@@ -169,6 +171,9 @@ class Workload:
     # What remat keeps of a block (config model.remat_policy): "full" its input, "minimal" also
     # the outputs of its weight matmuls.
     remat_policy: str = "full"
+    # The update's attention kernel (config model.attention): "auto" resolves to a fused flash
+    # kernel on an accelerator (no [T, T] scores) and to one that materialises them on a CPU.
+    attention: str = "auto"
 
 
 def estimate(
@@ -310,6 +315,10 @@ def main(argv: list[str] | None = None) -> int:
         "--remat-policy", default=Workload.remat_policy, choices=("full", "minimal"),
         help="what a rematerialised block keeps (model.remat_policy)",
     )  # fmt: skip
+    p.add_argument(
+        "--attention", default=Workload.attention, choices=parts.ATTENTION,
+        help="the update's attention kernel (model.attention; auto: fused on an accelerator)",
+    )  # fmt: skip
     p.add_argument("--margin", type=float, default=0.1, help="share of the device kept free")
     p.add_argument("--json", type=Path, help="also write every row as JSON")
     args = p.parse_args(argv)
@@ -327,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         lora_rank=args.lora_rank,
         scan_layers=args.scan_layers,
         remat_policy=args.remat_policy,
+        attention=args.attention,
     )
     rows = [
         estimate(size, setup, w, args.margin)
