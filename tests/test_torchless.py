@@ -14,8 +14,9 @@ from memr1.models.tokenizer import load_tokenizer
 from memr1.models.tokenizer_train import train_bpe_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
-# Tools whose baseline is PyTorch: the benches beside their peers and the GPU check that runs them.
-TORCH_PEERS = {
+# Tools exempt from the call: the benches whose baseline is PyTorch, and the GPU check, which
+# makes torch and transformers unimportable instead (it runs without either).
+EXEMPT_TOOLS = {
     "bench_generate.py",
     "bench_retrieval.py",
     "bench_train.py",
@@ -50,7 +51,7 @@ def _commands() -> list[Path]:
     """memr1's and the experiments' commands, and the tools that use memr1 (but not the ones
     that measure against PyTorch)."""
     files = [*ROOT.glob("memr1/**/*.py"), *ROOT.glob("experiments/**/*.py")]
-    tools = [p for p in ROOT.glob("tools/*.py") if p.name not in TORCH_PEERS]
+    tools = [p for p in ROOT.glob("tools/*.py") if p.name not in EXEMPT_TOOLS]
     files += [p for p in tools if "memr1" in _imports(p)]
     skip = {ROOT / (m.replace(".", "/") + ".py") for m in NO_TRANSFORMERS}
     return sorted(p for p in files if p not in skip and _main_block_calls(p) is not None)

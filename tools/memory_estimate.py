@@ -22,10 +22,16 @@ Per device, the estimate is
   update   = gradients (+ the critic's) + max(float32 accumulators + activations,
                                               optimiser temporaries)
   rollout  = decode copy + KV cache of the rollout rows + one layer's prefill attention
-  total    = resident + max(update, rollout)
+  save     = 0 (an asynchronous checkpoint save's copy of the state is in host memory)
+  total    = resident + max(update, rollout) + save
 
-because the rollout and the update alternate and share only the resident state. No compute-dtype
-copy of the trained weights exists: the model casts each weight inside its matmul
+because the rollout and the update alternate and share only the resident state. A checkpoint
+save (`memr1.train.host_memory.host_copy`) moves the state's arrays straight into the devices'
+host memory space before the writer starts, so the steps that run while it writes reuse the
+state's own buffers (they donate it) and the device holds nothing for it; each host holds its
+devices' shards of the saved state (the row's `save["host"]`, a device's weights, AdamW moments,
+critic and its moments; column "ckpt-host") until the write ends. No compute-dtype copy of the
+trained weights exists: the model casts each weight inside its matmul
 (`memr1.train.state`). The decode copy is the bf16 copy of the weights a rollout samples from
 (`memr1.sampling.layout.rollout_params`): whole on every device of the data x fsdp axes, split
 only over the tensor axis, so each device decodes its own share of the rows. On one host it
@@ -51,9 +57,11 @@ gradient (summed over the rows before it is reduce-scattered), plus under FSDP t
 weight gathered whole: ~10 bytes x V x D a device, 5 GiB at Qwen-7B widths, whatever the layer
 count. Then one block at a time: its recompute and backward (~10 [T, D] and 4 [T, F] tensors,
 and the [rows, heads, T, T] attention scores at ~12 bytes each: float32 scores and
-probabilities and their gradient; an upper bound where `model.attention` chunks or fuses it),
-and under FSDP its float32 weights gathered, double-buffered. With `model.scan_layers` (the
-recipe's) the blocks' weight shards are also stacked inside the step for the whole pass, and
+probabilities and their gradient, an upper bound where `model.attention` chunks them; a fused
+kernel, what "auto" runs on an accelerator (flash on GPU and splash on TPU for packed rows,
+`--attention`), keeps none, only ~8 bytes of row statistics a query and head), and under FSDP
+its float32 weights gathered, double-buffered. With `model.scan_layers` (the recipe's) the
+blocks' weight shards are also stacked inside the step for the whole pass, and
 their gradient accumulated stacked: two block-weight-sized buffers. The guarded optimiser update
 then computes new weights and both new moments before choosing them or the old ones: three
 float32 trained-size temporaries, after the activations are gone. Not counted: fragmentation
@@ -111,6 +119,8 @@ GIB = 2**30
 SETUPS = {
     "1x141GB": {"devices": "1x H200 (141 GB)", "mesh": (1, 1, 1), "hosts": 1,
                 "capacity": 143_771 * 2**20},
+    "1x80GB": {"devices": "1x H100 (80 GB)", "mesh": (1, 1, 1), "hosts": 1,
+               "capacity": 81_559 * 2**20},
     "2x141GB-fsdp": {"devices": "2x H200", "mesh": (1, 2, 1), "hosts": 1,
                      "capacity": 143_771 * 2**20},
     "8x80GB-fsdp": {"devices": "8x H100 (80 GB)", "mesh": (1, 8, 1), "hosts": 1,
@@ -161,14 +171,13 @@ class Workload:
     # What remat keeps of a block (config model.remat_policy): "full" its input, "minimal" also
     # the outputs of its weight matmuls.
     remat_policy: str = "full"
+    # The update's attention kernel (config model.attention): "auto" resolves to a fused flash
+    # kernel on an accelerator (no [T, T] scores) and to one that materialises them on a CPU.
+    attention: str = "auto"
 
 
 def estimate(
-    size: str,
-    setup: str,
-    w: Workload = Workload(),
-    margin: float = 0.1,
-    layers: int | None = None,
+    size: str, setup: str, w: Workload = Workload(), margin: float = 0.1, layers: int | None = None
 ) -> dict:
     """Per-device bytes of every component, the total and the verdict for one setup.
 
@@ -212,7 +221,9 @@ def estimate(
     resident = p_bytes + o_bytes + reference + partner + partner_replica + critic + critic_opt
     backward = accum + critic_accum + act["total"] + critic_act
     update = grads + critic_grads + max(backward, optimizer)
-    total = resident + max(update, roll["total"])
+    # A save's copy of the state goes straight to host memory (`host_memory.host_copy`).
+    save = {"device": 0, "host": p_bytes + o_bytes + critic + critic_opt}
+    total = resident + max(update, roll["total"]) + save["device"]
     capacity = spec["capacity"]
     fits = "yes" if total <= (1 - margin) * capacity else ("tight" if total <= capacity else "no")
     return {
@@ -235,6 +246,7 @@ def estimate(
         "optimizer_temps": optimizer,
         "activations": act,
         "rollout": roll,
+        "save": save,
         "resident": resident,
         "update": update,
         "total": total,
@@ -247,7 +259,7 @@ def estimate(
 
 def format_table(rows: list[dict]) -> str:
     cols = ("size", "setup", "params", "adamw", "ref", "agent", "agent*", "critic", "grads")
-    cols += ("accum", "act", "decode", "rollout", "total", "device", "fits")
+    cols += ("accum", "act", "decode", "rollout", "save", "total", "device", "fits", "ckpt-host")
     lines = [cols]
     for r in rows:
         gib = lambda n: f"{n / GIB:.1f}"
@@ -266,9 +278,11 @@ def format_table(rows: list[dict]) -> str:
                 gib(r["activations"]["total"]),
                 gib(r["rollout"]["decode_copy"]),
                 gib(r["rollout"]["total"]),
+                gib(r["save"]["device"]),
                 gib(r["total"]),
                 gib(r["capacity"]),
                 r["fits"] + (" (mesh!)" if r["mesh_problems"] else ""),
+                gib(r["save"]["host"]),
             )
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(cols))]
@@ -301,6 +315,10 @@ def main(argv: list[str] | None = None) -> int:
         "--remat-policy", default=Workload.remat_policy, choices=("full", "minimal"),
         help="what a rematerialised block keeps (model.remat_policy)",
     )  # fmt: skip
+    p.add_argument(
+        "--attention", default=Workload.attention, choices=parts.ATTENTION,
+        help="the update's attention kernel (model.attention; auto: fused on an accelerator)",
+    )  # fmt: skip
     p.add_argument("--margin", type=float, default=0.1, help="share of the device kept free")
     p.add_argument("--json", type=Path, help="also write every row as JSON")
     args = p.parse_args(argv)
@@ -318,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         lora_rank=args.lora_rank,
         scan_layers=args.scan_layers,
         remat_policy=args.remat_policy,
+        attention=args.attention,
     )
     rows = [
         estimate(size, setup, w, args.margin)
@@ -332,9 +351,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(format_table(rows))
     print(
-        "total = params + adamw + ref + agent + agent* + critic + max(update, rollout); "
+        "total = params + adamw + ref + agent + agent* + critic + max(update, rollout) + save; "
         "update = grads + max(accum + act, optimiser temporaries); rollout = decode + KV cache "
-        "+ prefill; agent* = the answerer's process-local replica (several hosts)"
+        "+ prefill; agent* = the answerer's process-local replica (several hosts); save = a "
+        "checkpoint save's device bytes, ckpt-host = its host-memory copy of a device's shards"
     )
     if args.json:
         from memr1.atomic import write_json_atomic

@@ -100,6 +100,21 @@ def saved_matmul_elements(cfg, tp: int, w) -> int:
     return cfg.n_heads // tp * cfg.head_dim + 2 * kv + 2 * cfg.d_model + 2 * cfg.d_ff // tp
 
 
+# `model.attention` values; the fused ones keep no [T, T] scores (flash kernels).
+ATTENTION = ("auto", "einsum", "chunked", "cudnn", "splash", "flash")
+FUSED_ATTENTION = ("cudnn", "splash", "flash")
+
+
+def fused_attention(w) -> bool:
+    """Whether the packed update's attention keeps no [T, T] scores: a flash kernel (Pallas
+    `flash` on GPU and `splash` on TPU for packed rows, cuDNN's fused one), which "auto"
+    resolves to on an accelerator (`memr1.models.attention.resolve`); `einsum` and `chunked`,
+    what "auto" runs on a CPU, materialise them."""
+    if w.attention not in ATTENTION:
+        raise ValueError(f"attention={w.attention!r} is not one of {ATTENTION}")
+    return w.attention in FUSED_ATTENTION or (w.attention == "auto" and w.backend != "cpu")
+
+
 def activation_bytes(cfg, mesh: dict[str, int], w, compute_bytes: int) -> dict:
     """Per-device activations of one training micro-batch with per-block remat, at the peak of
     its backward pass: the saved block inputs plus the larger of two phases that never overlap,
@@ -115,8 +130,11 @@ def activation_bytes(cfg, mesh: dict[str, int], w, compute_bytes: int) -> dict:
     dots = cfg.n_layers * b * t * saved_matmul_elements(cfg, tp, w) * compute_bytes
     # One block recomputed and differentiated: ~10 [T, D] tensors (norm outputs, q/k/v/o,
     # residuals and their gradients), 4 [T, F] ones (gate, up, product, gradient), and the
-    # [T, T] attention scores at ~12 bytes each (float32 scores, probabilities, their gradient).
-    block = b * t * (10 * d + 4 * f) * inner + b * h * t * t * 12
+    # [T, T] attention scores at ~12 bytes each (float32 scores, probabilities, their gradient),
+    # or under a fused kernel only its float32 row statistics a query and head (the forward's
+    # log-sum-exp and the backward's rowsum(dO * O)).
+    scores = b * h * t * 8 if fused_attention(w) else b * h * t * t * 12
+    block = b * t * (10 * d + 4 * f) * inner + scores
     gather = 0
     if fsdp > 1:  # the block's float32 weights gathered whole, double-buffered
         per_layer = (cfg.n_heads * 2 + cfg.n_kv_heads * 2) * cfg.head_dim * d + 3 * d * cfg.d_ff
@@ -142,6 +160,7 @@ def activation_bytes(cfg, mesh: dict[str, int], w, compute_bytes: int) -> dict:
         "saved_matmul_outputs": dots,
         "stacked_blocks": stacked,
         "block_recompute": block,
+        "attention_scores": scores,
         "fsdp_gather": gather,
         "logits_chunk": logits,
         "head_weight": head,

@@ -26,14 +26,21 @@ here.) Every reader names a checkpoint as `DIR` (the latest step), `DIR:STEP` or
 Saving: synchronous by default (the state is on disk when `save` returns); `async_save=True`
 (what `memr1.train` uses) returns once the arrays are copied off the devices and writes them in
 a background thread while training continues, so a 7B GRPO state (~92 GB: float32 weights and
-two AdamW moments) costs the loop a device-to-host copy, not the write. The host then holds that
-copy of its own shards until the write ends. The state is donated to the next step, which is
-safe: Orbax's copy is taken before `save` returns. Whatever reads the directory waits for an
-unfinished save first (`all_steps`, `latest_step`, `position`, `restore*`, metadata), as do the
-next `save` and `close`, so a reader never sees a half-written step as missing and a process
-never exits before its last save is on disk; a process killed mid-write leaves only Orbax's
-temporary directory, and the previous checkpoints stay. Under `keep_best` the pruning of old
-steps waits until the new step is final, so a kill mid-write never finds them deleted.
+two AdamW moments) costs the loop a device-to-host copy, not the write. That copy is ours
+(`memr1.train.host_memory.host_copy`): every array moved, in its own sharding, into the
+devices' host memory space (`pinned_host`) before `save` returns, and Orbax writes from it. The
+device then holds nothing for the save: the next step, which donates the state, reuses its
+buffers while the write runs, and each host holds its own devices' shards until the write ends.
+Orbax's own transfer would not guarantee that: on the CPU backend it hands the writer numpy
+views of the device buffers, which keep them alive and make the donating step allocate a second
+state beside them (an SFT run on CPU held 2x the state while a save was in flight;
+tests/train/test_checkpoint_memory.py).
+Whatever reads the directory waits for an unfinished save first (`all_steps`, `latest_step`,
+`position`, `restore*`, metadata), as do the next `save` and `close`, so at most one save is in
+flight, a reader never sees a half-written step as missing and a process never exits before its
+last save is on disk; a process killed mid-write leaves only Orbax's temporary directory, and
+the previous checkpoints stay. Under `keep_best` the pruning of old steps waits until the new
+step is final, so a kill mid-write never finds them deleted.
 
 Directories: a local or network POSIX path, or a `gs://bucket/...` URL, which Orbax writes
 through its own GCS support (commit marker instead of a rename). A bucket mounted with gcsfuse
@@ -52,6 +59,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from memr1.train import lora
+from memr1.train.host_memory import host_copy
 from memr1.train.state import TrainState
 
 COMMIT_MARKER = "commit_success.txt"  # written by Orbax as the last file of a step
@@ -103,6 +111,8 @@ class Checkpointer:
         Returns False if the manager's save policy skipped this step.
         """
         self.wait()  # the previous save is final (Orbax would wait too) and pruned
+        if self._async:  # written from host memory: the devices keep nothing for it
+            state = host_copy(state)
         args = ocp.args.Composite(
             state=ocp.args.PyTreeSave(state),
             data=ocp.args.JsonSave(dict(data_position)),

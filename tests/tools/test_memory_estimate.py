@@ -19,8 +19,11 @@ from tests.tool import load_tool
 
 def test_the_ppo_critic_costs_about_16_bytes_a_parameter():
     tool = load_tool("memory_estimate")
-    grpo = tool.estimate("tiny", "1x141GB", tool.Workload(algo="grpo"))
-    ppo = tool.estimate("tiny", "1x141GB", tool.Workload(algo="ppo"))
+    # Dense attention scores: the update outweighs the rollout in both, so the critic's
+    # gradients show in the total rather than under max(update, rollout).
+    grpo = tool.estimate("tiny", "1x141GB", tool.Workload(algo="grpo", attention="einsum"))
+    ppo = tool.estimate("tiny", "1x141GB", tool.Workload(algo="ppo", attention="einsum"))
+    assert grpo["update"] > grpo["rollout"]["total"]
     n = transformer.count_params(transformer.abstract_model(get_size("tiny"))[1])
     critic_params = n + 192 + 1  # tiny ties its embeddings: the trunk whole, plus the head
     # Weights and two AdamW moments resident (12 bytes), the gradient and accumulator (8).
@@ -42,6 +45,38 @@ def test_several_hosts_hold_the_answerer_whole_beside_the_decode_copy():
     assert two["rollout"]["decode_copy"] == 2 * n  # the policy's replica beside it
     assert two["resident"] >= two["answer_agent"] + two["answer_agent_replica"]
     assert "compute_copy" not in one  # the model casts each weight inside its matmul
+
+
+def test_a_checkpoint_save_holds_its_copy_in_host_memory():
+    """`memr1.train.host_memory.host_copy`: a device's shards of the saved state (weights, AdamW
+    moments, the critic) go to host memory, nothing stays on the device for the write
+    (tests/train/test_checkpoint_memory.py measures it)."""
+    tool = load_tool("memory_estimate")
+    for algo in ("grpo", "ppo"):
+        est = tool.estimate("tiny", "8x80GB-fsdp", tool.Workload(algo=algo))
+        assert est["save"] == {"device": 0, "host": est["params"] + est["adamw"] + est["critic"]}
+        assert est["total"] == est["resident"] + max(est["update"], est["rollout"]["total"])
+
+
+def test_a_fused_attention_kernel_keeps_no_scores():
+    """Flash on GPU / splash on TPU (what "auto" resolves to for packed rows on an accelerator)
+    keep float32 row statistics, not [T, T] scores; on a CPU "auto" materialises them."""
+    tool = load_tool("memory_estimate")
+    cfg = get_size("qwen2.5-7b")
+    w = tool.Workload(rows_per_device=2, prompt=4096, response=2048)  # the block phase peaks
+    est = {a: tool.estimate("qwen2.5-7b", "8x80GB-fsdp", tool.dataclasses.replace(w, attention=a))
+           for a in ("auto", "flash", "einsum", "chunked")}  # fmt: skip
+    b, h, t = 2, cfg.n_heads, 6144
+    assert est["einsum"]["activations"]["attention_scores"] == b * h * t * t * 12
+    assert est["flash"]["activations"]["attention_scores"] == b * h * t * 8
+    assert est["auto"]["activations"] == est["flash"]["activations"]
+    assert est["chunked"]["activations"] == est["einsum"]["activations"]
+    assert est["einsum"]["activations"]["phase"] == "block"
+    assert est["einsum"]["total"] - est["flash"]["total"] >= b * h * t * t * 11
+    cpu = tool.estimate("qwen2.5-7b", "8x80GB-fsdp", tool.dataclasses.replace(w, backend="cpu"))
+    assert cpu["activations"]["attention_scores"] == b * h * t * t * 12
+    with pytest.raises(ValueError, match="attention='sdpa' is not one of"):
+        tool.estimate("tiny", "1x141GB", tool.dataclasses.replace(w, attention="sdpa"))
 
 
 def test_tpu_setups_are_listed_with_their_chips():

@@ -210,7 +210,9 @@ def run_stage(stage, setup, s0, do_rollout, workdir: Path, *, pad_id: int, check
     """`loop.run_rl` of the stage (GRPO); returns the final train state."""
     update = loop.make_rl_update(setup, "grpo", grpo_cfg=GRPO)
     with MetricsWriter(workdir / "logs", tensorboard=False) as writer:
-        ckpt = Checkpointer(workdir / "ckpt", keep=1) if checkpoint else None
+        # Written asynchronously, as the train command writes (`open_checkpoints`): the save
+        # copies arrays sharded over both processes into host memory.
+        ckpt = Checkpointer(workdir / "ckpt", keep=1, async_save=True) if checkpoint else None
         try:
             return loop.run_rl(
                 setup,
