@@ -219,7 +219,11 @@ def attach_estimate(args, config, row: dict) -> None:
     resident - Answer Agent + update; for a sampler call (compiled in float32, see `run`), the
     rollout part at 4 bytes an element."""
     if row["stage"] == "update":
-        est = estimate_bytes(args, config, prompt=row["prompt_width"], response=row["reply_width"])
+        # A block-skipping kernel keeps no [T, T] scores: the estimate counts it as fused.
+        est = estimate_bytes(
+            args, config, prompt=row["prompt_width"], response=row["reply_width"],
+            attention=row.get("attention", "einsum"),
+        )  # fmt: skip
         partner = est["answer_agent"] + est["answer_agent_replica"]
         row["estimate_bytes"] = est["resident"] - partner + est["update"]
     else:
