@@ -113,7 +113,7 @@ def pytest_runtest_protocol(item, nextitem):
     """With MEMR1_TEST_TIMES=DIR, appends each test's wall and CPU seconds (setup, call and
     teardown; the CPU of the subprocesses it ran included) to DIR/<worker>.jsonl. CPU time is
     what a test costs the machine whatever else runs beside it: wall times on a shared machine
-    are not comparable, CPU seconds are (tools/suite_times.py sums them per file)."""
+    are not comparable, CPU seconds are (tools/bench/suite_times.py sums them per file)."""
     out = os.environ.get("MEMR1_TEST_TIMES")
     if not out:
         yield

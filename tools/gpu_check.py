@@ -3,8 +3,8 @@
   tools/gpu_check.sh [--dry-run] [--out FILE]      # the entry point (wheels, PYTHONPATH, this)
   python tools/gpu_check.py [--dry-run] [--preflight] [--out FILE]
 
-Runs `tools/bench_generate.py --gpu` (Qwen2.5-3B shape, random bf16 weights, batch 64, prompt
-512, 128 new tokens) and then `tools/bench_train.py --gpu` (the same shape, float32 master
+Runs `tools/bench/bench_generate.py --gpu` (Qwen2.5-3B shape, random bf16 weights, batch 64, prompt
+512, 128 new tokens) and then `tools/bench/bench_train.py --gpu` (the same shape, float32 master
 weights, bf16 compute, remat, a GRPO update on 8 x 1024 tokens), each in its own process so that
 one bench's device memory is gone before the next starts, each with a hard time limit, each
 compiling its programs once (no tiling rows, no 1-token calls, HF's slow generate timed once).
@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOLS = ROOT / "tools"
+BENCHES = ROOT / "tools" / "bench"
 BUDGET_S = 300  # the whole GPU run; a lent machine has 15 minutes, its start and a rerun included
 GOALS = {"rollout_new_tok_per_s": 15_000.0, "update_mfu": 0.50}
 # HF transformers 5.17 + PyTorch 2.11 on an H200, same shapes (the issue's reference figures).
@@ -142,11 +142,11 @@ def child_env(mode: str) -> dict:
 
 
 def run_bench_here(name: str, argv: list[str]) -> None:
-    """Runs tools/bench_<name>.py in this process with `ABSENT_ON_DEVICE` unimportable."""
+    """Runs tools/bench/bench_<name>.py in this process with `ABSENT_ON_DEVICE` unimportable."""
     for module in ABSENT_ON_DEVICE:
         if module not in sys.modules:
             sys.modules[module] = None  # `import x` raises ModuleNotFoundError; find_spec: None
-    path = TOOLS / f"bench_{name}.py"
+    path = BENCHES / f"bench_{name}.py"
     sys.argv = [str(path), *argv]
     runpy.run_path(str(path), run_name="__main__")
 
@@ -181,7 +181,7 @@ def run_bench(name: str, args, workdir: Path) -> dict:
             code = None
         reader.join()
     record = {
-        "command": " ".join(["tools/bench_" + name + ".py", *BENCH_ARGS[args.mode][name]]),
+        "command": " ".join(["tools/bench/bench_" + name + ".py", *BENCH_ARGS[args.mode][name]]),
         "wall_s": time.perf_counter() - t0,
         "returncode": code,
         "log": log_path.name,

@@ -123,7 +123,7 @@ def test_benches_run_without_the_packages_the_device_lacks(tmp_path, monkeypatch
     )
     code = (
         "import sys; from pathlib import Path; from tests.tool import load_tool; "
-        f"tool = load_tool('gpu_check'); tool.TOOLS = Path({str(tmp_path)!r}); "
+        f"tool = load_tool('gpu_check'); tool.BENCHES = Path({str(tmp_path)!r}); "
         "tool.main(['bench', 'probe', '--x', '1'])"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -1,4 +1,5 @@
-"""tools/suite_times.py sums the per-test times tests/conftest.py records with MEMR1_TEST_TIMES."""
+"""tools/bench/suite_times.py sums the per-test times tests/conftest.py records with
+MEMR1_TEST_TIMES."""
 
 from __future__ import annotations
 

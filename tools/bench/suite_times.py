@@ -2,7 +2,7 @@
 MEMR1_TEST_TIMES=DIR (tests/conftest.py records each test), slowest first.
 
   MEMR1_TEST_TIMES=/tmp/times make test
-  python tools/suite_times.py /tmp/times [--top 30] [--json OUT]
+  python tools/bench/suite_times.py /tmp/times [--top 30] [--json OUT]
 
 CPU seconds (the test's process and the subprocesses it waited for) are what a file costs the
 two cores whatever else runs on the machine; wall seconds on a shared machine are not.
