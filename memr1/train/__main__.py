@@ -162,7 +162,7 @@ def train(
     )
     loop_cfg = loop.LoopConfig.from_config(config)
     val_records = validators.read_records(config, val_tuples)
-    wrap_step = faults.wrapper(inject_nonfinite)
+    build_step = faults.wrapper(inject_nonfinite)
     models = prepare_models(
         config,
         hf_dir=hf_dir or config.hf_dir,
@@ -188,7 +188,7 @@ def train(
         if config.algo == "sft":
             pairs = sft.read_sft_pairs(sft_data, policy)
             sft_cfg = sft.SFTConfig.from_config(config)
-            step_fn = wrap_step(lambda hook: sft.make_sft_step(setup, sft_cfg, before_guard=hook))
+            step_fn = build_step(setup, sft.sft_spec(setup, sft_cfg))
             validate = validators.for_sft(config, setup, policy, val_sft_data, backbone.pad_id)
             return loop.run_sft(
                 setup, st, step_fn, pairs, length=t.sft_length, validate=validate, **run
@@ -206,7 +206,7 @@ def train(
             grpo_cfg=grpo.GRPOConfig.from_config(config),
             ppo_cfg=ppo.PPOConfig.from_config(config),
             ref_params=models.reference,
-            wrap_step=wrap_step,
+            build_step=build_step,
         )
         return loop.run_rl(
             setup,
