@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCHES = ROOT / "tools" / "bench"
 BUDGET_S = 300  # the whole GPU run; a lent machine has 15 minutes, its start and a rerun included
 GOALS = {"rollout_new_tok_per_s": 15_000.0, "update_mfu": 0.50}
-# HF transformers 5.17 + PyTorch 2.11 on an H200, same shapes (the reference figures).
+# HF transformers 5.17 + PyTorch 2.11 on an H200, same shapes (the project's reference figures).
 HF_REFERENCE = {"rollout_new_tok_per_s": 644.0, "update_mfu": 0.32}
 # Not installed on the lent machine: the benchmarks must not import them.
 ABSENT_ON_DEVICE = (

@@ -40,7 +40,7 @@ reply of the call - 1) times; the update is compiled for one micro-batch of each
 (n_micro = 1, log-probs in one chunk), each run `n_micro / width_classes` times a step (its
 optimiser update, ~20 FLOPs a parameter, is then counted n_micro times: < 0.1%). Attention is
 the einsum kernel (the chunked one's scan would be counted once; cuDNN and splash compute the
-same dense scores here, see issue 25 §7).
+same dense scores here).
 The figures are per device; real FLOPs are the step's over the devices.
 
 Layouts: `packed` (the recipe's, `train.shared_prompt`) feeds the update one row a group, its
