@@ -13,7 +13,7 @@ import pytest
 
 from memr1.models import transformer
 from memr1.models.config import get_size
-from tests.fake_devices import ROOT
+from tests.fake_devices import ROOT, xla_flags
 from tests.tool import load_tool
 
 
@@ -97,8 +97,8 @@ def reports(tmp_path_factory) -> dict[str, dict]:
     out = tmp_path_factory.mktemp("tools")
     runs = [(tool, [*argv, "--json", str(out / f"{name}.json")])
             for name, (tool, argv) in COMMANDS.items()]  # fmt: skip
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
-    env.pop("XLA_FLAGS", None)
+    # The run's XLA flags without a device count: each tool sets its own.
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), XLA_FLAGS=xla_flags())
     cmd = [sys.executable, "-c", RUN_TOOLS, json.dumps(runs)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
