@@ -51,7 +51,7 @@ def _commands() -> list[Path]:
     """memr1's and the experiments' commands, and the tools that use memr1 (but not the ones
     that measure against PyTorch)."""
     files = [*ROOT.glob("memr1/**/*.py"), *ROOT.glob("experiments/**/*.py")]
-    tools = [p for p in ROOT.glob("tools/*.py") if p.name not in EXEMPT_TOOLS]
+    tools = [p for p in ROOT.glob("tools/**/*.py") if p.name not in EXEMPT_TOOLS]
     files += [p for p in tools if "memr1" in _imports(p)]
     skip = {ROOT / (m.replace(".", "/") + ".py") for m in NO_TRANSFORMERS}
     return sorted(p for p in files if p not in skip and _main_block_calls(p) is not None)

@@ -77,12 +77,12 @@ The packed GRPO update (`train.shared_prompt`, the recipe's: one row a group,
 not its activations.
 
 Check against XLA's own plan (arguments + outputs + temporaries - aliased, on fake CPU
-devices, `backend="cpu"`: XLA:CPU computes bf16 in float32): `tools/memory_vs_xla.py` (rows
-run whole) and `tools/bench_pod_step.py` (the recipe's packed step, and its sampler calls
+devices, `backend="cpu"`: XLA:CPU computes bf16 in float32): `tools/bench/memory_vs_xla.py` (rows
+run whole) and `tools/bench/bench_pod_step.py` (the recipe's packed step, and its sampler calls
 compiled in float32), within 15% at tiny and Qwen widths with a few blocks
 (docs/benchmarks.md). Not modelled: an unrolled layer loop on XLA:CPU (`model.scan_layers`
 off), where XLA drops remat's optimisation barriers and keeps every block's activations
-(`tools/remat_memory.py`).
+(`tools/bench/remat_memory.py`).
 """
 
 from __future__ import annotations

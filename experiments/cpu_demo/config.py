@@ -98,7 +98,7 @@ def warm_start() -> dict[str, object]:
     # on a cosine (at a constant rate every colliding fact got the same op mix on its own
     # training rows). group_by_length and buckets:
     # train.sft_group_by_length and train.sft_buckets, batches of rows of similar length padded
-    # to one of 8 widths (tools/sft_padding.py counts the padding).
+    # to one of 8 widths (tools/bench/sft_padding.py counts the padding).
     # rehearsal_rows: rows of the copy pretraining task (as token ids) after the traces, so
     # that SFT keeps training the circuit it maps onto a manager reply's fact: without them
     # one SFT run in three never mapped it (a fact's first word copied 0.15 at steps 250 and

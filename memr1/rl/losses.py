@@ -126,6 +126,39 @@ def kl_penalty(logp_BT: jax.Array, ref_logp_BT: jax.Array, estimator: str = "k3"
     raise ValueError(f"unknown KL estimator {estimator!r}; expected one of {KL_ESTIMATORS}")
 
 
+def kl_to_reference(
+    mb: dict,
+    logp_BT: jax.Array,
+    mask_BT: jax.Array,
+    *,
+    beta: float,
+    estimator: str,
+    aggregation: str,
+    n_tokens: jax.Array,
+    n_seqs: jax.Array,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """β·KL term of a micro-batch (globally normalised) and its metric; zero if β = 0.
+
+    The reference's log-probs are the batch's `ref_logp`, scored once per rollout by the
+    policy's own log-prob function on the reference weights (`memr1.train.steps`).
+    """
+    if beta == 0.0:
+        return jnp.zeros((), jnp.float32), {}
+    kl_BT = kl_penalty(logp_BT, jax.lax.stop_gradient(mb["ref_logp"]), estimator)
+    kl = aggregate(kl_BT, mask_BT, aggregation, num_tokens=n_tokens, num_sequences=n_seqs)
+    return beta * kl, {"kl": kl}
+
+
+def check_reference(parts, algo: str, beta: float, source: str) -> None:
+    """Refuses (at trace time) a batch part without the `ref_logp` a KL β > 0 reads."""
+    for batch in parts:
+        if beta != 0.0 and "ref_logp" not in batch:
+            raise ValueError(
+                f"{algo} with kl_beta={beta} (train.kl_beta) needs the batch field 'ref_logp' "
+                f"({source}); the batch has {sorted(batch)}"
+            )
+
+
 def value_loss(
     values_BT: jax.Array,
     old_values_BT: jax.Array,

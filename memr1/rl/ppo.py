@@ -32,17 +32,11 @@ import jax.numpy as jnp
 from memr1.models.params import merge_params, rebind
 from memr1.rl import advantages as adv_lib
 from memr1.rl.critic import critic_values
-from memr1.rl.grpo import (
-    check_dual_clip,
-    check_kl_and_temperature,
-    check_reference,
-    kl_to_reference,
-    pad_frac,
-    policy_metrics,
-    response_metrics,
-)
+from memr1.rl.grpo import check_dual_clip, check_kl_and_temperature
+from memr1.rl.grpo_layout import Rows
 from memr1.rl.logprobs import sequence_logprobs
-from memr1.rl.losses import policy_loss, value_loss
+from memr1.rl.losses import check_reference, kl_to_reference, policy_loss, value_loss
+from memr1.rl.update_metrics import pad_frac, policy_metrics, response_metrics
 
 PREPARE_FIELDS = ("tokens", "valid", "response_mask", "rewards")
 STEP_FIELDS = (
@@ -211,6 +205,7 @@ def ppo_loss(graphdef: Any, critic_graphdef: Any, cfg: PPOConfig) -> Callable:
             return pg + kl_loss + cfg.vf_coef * v_loss, metrics
 
         padding = pad_frac([b["valid"] for b in parts])
-        return loss_fn, {"n_tokens": n_tokens, "pad_frac": padding, **response_metrics(masks)}
+        lengths = response_metrics([Rows().reply_lengths(b) for b in parts])
+        return loss_fn, {"n_tokens": n_tokens, "pad_frac": padding, **lengths}
 
     return loss_factory

@@ -173,7 +173,7 @@ def train(
     )
     loop_cfg = loop.LoopConfig.from_config(config)
     val_records = validators.read_records(config, val_tuples)
-    wrap_step = faults.wrapper(inject_nonfinite)
+    build_step = faults.wrapper(inject_nonfinite)
     rl = config.algo != "sft"
     # A served judge's settings (and key) are checked before any model loads; a local judge
     # samples from its own frozen copy of the start weights, loaded beside the policy.
@@ -182,7 +182,7 @@ def train(
     wandb_run = wandb_log.open_run(config, workdir)
     try:
         return _train(
-            config, t, loop_cfg, val_records, wrap_step, reward, wandb_run,
+            config, t, loop_cfg, val_records, build_step, reward, wandb_run,
             workdir=workdir, hf_dir=hf_dir, tuples=tuples, sft_data=sft_data,
             init_checkpoint=init_checkpoint, answer_checkpoint=answer_checkpoint,
             val_sft_data=val_sft_data,
@@ -213,7 +213,7 @@ def _train(
     t,
     loop_cfg,
     val_records,
-    wrap_step,
+    build_step,
     reward,
     wandb_run,
     *,
@@ -252,7 +252,7 @@ def _train(
         if config.algo == "sft":
             pairs = sft.read_sft_pairs(sft_data, policy)
             sft_cfg = sft.SFTConfig.from_config(config)
-            step_fn = wrap_step(lambda hook: sft.make_sft_step(setup, sft_cfg, before_guard=hook))
+            step_fn = build_step(setup, sft.sft_spec(setup, sft_cfg))
             validate = validators.for_sft(config, setup, policy, val_sft_data, backbone.pad_id)
             return loop.run_sft(
                 setup, st, step_fn, pairs, length=t.sft_length, validate=validate, **run
@@ -270,7 +270,7 @@ def _train(
             grpo_cfg=grpo.GRPOConfig.from_config(config),
             ppo_cfg=ppo.PPOConfig.from_config(config),
             ref_params=models.reference,
-            wrap_step=wrap_step,
+            build_step=build_step,
         )
         return loop.run_rl(
             setup,

@@ -1,23 +1,26 @@
 """Fault injection for drills and tests: a NaN loss or inf gradients at chosen steps, inside the
 real update, to exercise its NaN/inf guard (`memr1.train.update.make_step`).
 
-The production steps take no fault input. `inject_nonfinite` is a wrapper installed around a step
-builder: at an ordinary step it runs the production program itself, and at a poisoned step a twin
-built by the same builder whose summed loss (kind "loss": NaN) or gradients (kind "grads": inf)
-are scaled just before the guard. The train CLI installs it from `--inject_nonfinite`; the
-reliability drill (`memr1.drill`, tools/fault_drill.py) and the tests use that flag or call it.
+The production steps know nothing of faults. `inject_nonfinite` builds, from an update's
+`StepSpec`, the production step for ordinary steps and, for a poisoned step, a twin whose loss
+is wrapped from outside: kind "loss" makes the loss NaN and leaves its gradients alone, kind
+"grads" leaves the loss alone and makes its gradients inf. The guard under test is the
+production one. The train CLI installs it from `--inject_nonfinite`; the reliability drill
+(`memr1.drill`, tools/fault_drill.py) and the tests use that flag or call it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
-from memr1.train.update import BeforeGuard, StepBuilder
+from memr1.train.state import TrainSetup
+from memr1.train.update import LossFactory, StepSpec, make_step
 
 # What each kind does to a step: (loss scale, gradient scale).
 FAULTS = {"loss": (float("nan"), 1.0), "grads": (1.0, float("inf"))}
@@ -53,22 +56,44 @@ def check_faults(faults: Iterable[Sequence[Any]]) -> Faults:
     return tuple(out)
 
 
-def scaled(loss_scale: float, grad_scale: float) -> BeforeGuard:
-    """A `before_guard` that multiplies the loss and every gradient by constants."""
-
-    def poison(loss, grads):
-        grads = jax.tree.map(lambda g: g * jnp.asarray(grad_scale, g.dtype), grads)
-        return loss * loss_scale, grads
-
-    return poison
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _scale_gradient(x: jax.Array, scale: float) -> jax.Array:
+    """x itself; its gradient multiplied by `scale`."""
+    return x
 
 
-def inject_nonfinite(build: StepBuilder, faults: Iterable[Sequence[Any]]) -> Callable[..., tuple]:
-    """The step `build(None)`, except that the steps named in `faults` run a poisoned twin.
+_scale_gradient.defvjp(lambda x, scale: (x, None), lambda scale, _, g: (g * scale,))
+
+
+def poisoned(factory: LossFactory, loss_scale: float, grad_scale: float) -> LossFactory:
+    """`factory` with each micro-batch's loss multiplied by `loss_scale` (its gradient kept) and
+    its gradient by `grad_scale` (its value kept): the summed loss and gradients the guard sees
+    are scaled alike."""
+
+    def poisoned_factory(parts, frozen):
+        loss_fn, batch_metrics = factory(parts, frozen)
+
+        def poisoned_loss(diff, mb):
+            loss, metrics = loss_fn(diff, mb)
+            loss = _scale_gradient(loss, grad_scale)
+            return loss + jax.lax.stop_gradient(loss * loss_scale - loss), metrics
+
+        return poisoned_loss, batch_metrics
+
+    return poisoned_factory
+
+
+def inject_nonfinite(
+    setup: TrainSetup,
+    spec: StepSpec,
+    faults: Iterable[Sequence[Any]],
+    *,
+    clean: Callable[..., tuple] | None = None,
+) -> Callable[..., tuple]:
+    """The step `make_step(setup, spec)` (or `clean`, that step already built), except that the
+    steps named in `faults` run a twin whose loss is poisoned (`poisoned`).
 
     Args:
-      build: `before_guard -> jitted step` (e.g. `lambda h: make_sft_step(setup, cfg,
-        before_guard=h)`); the step's first argument is the train state.
       faults: (step, "loss" | "grads") pairs; several kinds at one step combine.
 
     The step number is the state's `step` counter, read on the host before each call (so each
@@ -77,27 +102,27 @@ def inject_nonfinite(build: StepBuilder, faults: Iterable[Sequence[Any]]) -> Cal
     kinds: dict[int, tuple[str, ...]] = {}
     for step, kind in check_faults(faults):
         kinds[step] = tuple(sorted((*kinds.get(step, ()), kind)))
-    clean = build(None)
+    clean = clean or make_step(setup, spec)
     twins: dict[tuple[str, ...], Callable[..., tuple]] = {}
 
     def step_fn(state, *args):
-        poisoned = kinds.get(int(state.step))
-        if poisoned is None:
+        poison = kinds.get(int(state.step))
+        if poison is None:
             return clean(state, *args)
-        if poisoned not in twins:
-            loss_scale = math.prod(FAULTS[k][0] for k in poisoned)
-            twins[poisoned] = build(scaled(loss_scale, math.prod(FAULTS[k][1] for k in poisoned)))
-        return twins[poisoned](state, *args)
+        if poison not in twins:
+            scales = [math.prod(FAULTS[k][i] for k in poison) for i in (0, 1)]
+            twin = dataclasses.replace(spec, loss_factory=poisoned(spec.loss_factory, *scales))
+            twins[poison] = make_step(setup, twin)
+        return twins[poison](state, *args)
 
     return step_fn
 
 
-def wrapper(faults: Iterable[Sequence[Any]]) -> Callable[[StepBuilder], Callable]:
-    """`build -> inject_nonfinite(build, faults)`, or `build -> build(None)` without faults.
-
-    The faults are checked here, before any step is built.
-    """
+def wrapper(faults: Iterable[Sequence[Any]]) -> Callable[[TrainSetup, StepSpec], Callable]:
+    """A step builder `(setup, spec) -> step` for `memr1.train.loop`: `update.make_step`
+    without faults, `inject_nonfinite` with them. The faults are checked here, before any step
+    is built."""
     faults = check_faults(faults)
     if not faults:
-        return lambda build: build(None)
-    return lambda build: inject_nonfinite(build, faults)
+        return make_step
+    return lambda setup, spec: inject_nonfinite(setup, spec, faults)

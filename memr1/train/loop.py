@@ -40,10 +40,11 @@ from memr1.train.metrics_log import (
 from memr1.train.order import batch_indices, bucket_length, sft_batch_indices
 from memr1.train.sft import sft_batch
 from memr1.train.state import TrainSetup, TrainState, step_key
-from memr1.train.update import StepBuilder, shard_batch
+from memr1.train.update import StepSpec, make_step, shard_batch
 
-# Turns a step builder into the step to run (fault drills: `memr1.train.faults.wrapper`).
-StepWrapper = Callable[[StepBuilder], Callable]
+# Builds the step to run from an update's spec: `update.make_step`, or in fault drills
+# `memr1.train.faults.wrapper`'s, which poisons chosen steps.
+StepBuilder = Callable[[TrainSetup, StepSpec], Callable]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,14 +260,14 @@ def make_rl_update(
     grpo_cfg=None,
     ppo_cfg=None,
     ref_params: Any = None,
-    wrap_step: StepWrapper | None = None,
+    build_step: StepBuilder = make_step,
 ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
     """`update(state, host_batch) -> (state, metrics)` for "grpo" or "ppo" (jitted inside), with
     the algorithm's settings (`grpo_cfg` or `ppo_cfg`, built by their `from_config`).
 
-    `wrap_step`, when given, builds the update step from its builder (fault drills).
+    `build_step` builds the update step from its spec (fault drills pass their own).
     """
-    from memr1.rl import grpo, ppo
+    from memr1.rl import grpo_layout, ppo
 
     settings = {"grpo": grpo_cfg, "ppo": ppo_cfg}
     if algo in settings and settings[algo] is None:
@@ -277,12 +278,10 @@ def make_rl_update(
             raise ValueError(f"{algo} with KL beta={beta} needs reference parameters")
         return beta > 0
 
-    built = wrap_step or (lambda make: make(None))
-
     if algo == "grpo":
-        step = built(lambda hook: steps.make_grpo_step(setup, grpo_cfg, before_guard=hook))
+        step = build_step(setup, steps.grpo_spec(setup, grpo_cfg))
         reference = needs_ref(grpo_cfg.kl_beta) and steps.make_grpo_reference(setup, grpo_cfg)
-        fields = grpo.FIELDS + ("prompt_mask", "old_logp", "sampler_logp")
+        fields = grpo_layout.ROW_FIELDS + ("prompt_mask", "old_logp", "sampler_logp")
 
         def grpo_update(s, b):
             parts = ({k: b[k] for k in fields if k in b},)
@@ -299,7 +298,7 @@ def make_rl_update(
         prepare_fn = steps.make_ppo_prepare(setup, ppo_cfg)
         ref = (ref_params,) if needs_ref(ppo_cfg.kl_beta) else ()
         prepare = lambda s, b: prepare_fn(s, b, *ref)  # the reference runs here, once a rollout
-        step = built(lambda hook: steps.make_ppo_step(setup, ppo_cfg, before_guard=hook))
+        step = build_step(setup, steps.ppo_spec(setup, ppo_cfg))
         fields = ppo.PREPARE_FIELDS + ("old_logp", "sampler_logp")
 
         def update(s, b):

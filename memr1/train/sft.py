@@ -29,11 +29,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from memr1.models.params import merge_params
-from memr1.rl.grpo import pad_frac
 from memr1.rl.logprobs import sequence_logprobs
 from memr1.rl.losses import masked_mean
+from memr1.rl.update_metrics import pad_frac
 from memr1.train.state import TrainSetup, TrainState
-from memr1.train.update import Batch, BeforeGuard, make_step
+from memr1.train.update import Batch, StepSpec, make_step
 
 FIELDS = ("tokens", "valid", "loss_mask")
 
@@ -50,19 +50,20 @@ class SFTConfig:
 
 
 def make_sft_step(
-    setup: TrainSetup,
-    cfg: SFTConfig,
-    *,
-    grads_only: bool = False,
-    before_guard: BeforeGuard | None = None,
+    setup: TrainSetup, cfg: SFTConfig, *, grads_only: bool = False
 ) -> Callable[[TrainState, Batch], tuple[TrainState, dict[str, jax.Array]]]:
     """The jitted, donating SFT update `step(state, batch) -> (state, metrics)`.
 
     Metrics: loss (mean NLL per target token), n_tokens, pad_frac (the share of the batch's
     token positions that are padding), grad_norm, lr, update_refused.
-    `grads_only=True` builds the non-updating gradient function instead; `before_guard` is for
-    fault drills (both: `update.make_step`).
+    `grads_only=True` builds the non-updating gradient function instead (`update.make_step`).
     """
+    return make_step(setup, sft_spec(setup, cfg), grads_only=grads_only)
+
+
+def sft_spec(setup: TrainSetup, cfg: SFTConfig) -> StepSpec:
+    """The SFT update as `update.make_step` builds it: the token-mean NLL of the trained
+    tokens (weighted by `loss_weight` where the batch has it)."""
 
     def loss_factory(parts, frozen):
         n_tokens = sum(p["loss_mask"].astype(jnp.float32).sum() for p in parts)
@@ -77,15 +78,7 @@ def make_sft_step(
 
         return loss_fn, {"n_tokens": n_tokens, "pad_frac": pad_frac([p["valid"] for p in parts])}
 
-    return make_step(
-        setup,
-        name="SFT",
-        required=FIELDS,
-        n_micro=cfg.n_micro,
-        loss_factory=loss_factory,
-        grads_only=grads_only,
-        before_guard=before_guard,
-    )
+    return StepSpec("SFT", FIELDS, cfg.n_micro, loss_factory)
 
 
 def _weights(mb) -> jax.Array:

@@ -20,7 +20,7 @@ from memr1.sharding import use_mesh
 from memr1.train.state import TrainSetup, TrainState
 from memr1.train.update import (
     Batch,
-    BeforeGuard,
+    StepSpec,
     batch_sharding,
     check_batch,
     from_micro,
@@ -30,25 +30,20 @@ from memr1.train.update import (
 )
 
 
+def grpo_spec(setup: TrainSetup, cfg: grpo.GRPOConfig) -> StepSpec:
+    """The GRPO update as `update.make_step` builds it: `rl.grpo.grpo_loss` on the fields of
+    the batch's layout."""
+    loss = grpo.grpo_loss(setup.graphdef, cfg)
+    return StepSpec("GRPO", cfg.required_fields(), cfg.n_micro, loss)
+
+
 def make_grpo_step(
-    setup: TrainSetup,
-    cfg: grpo.GRPOConfig,
-    *,
-    grads_only: bool = False,
-    before_guard: BeforeGuard | None = None,
+    setup: TrainSetup, cfg: grpo.GRPOConfig, *, grads_only: bool = False
 ) -> Callable[..., tuple[TrainState, dict[str, jax.Array]]]:
     """The jitted, donating GRPO update (metrics of `rl.grpo.grpo_loss` plus grad_norm, lr,
-    update_refused). `grads_only=True` builds the non-updating gradient function instead;
-    `before_guard` is for fault drills (both: `update.make_step`)."""
-    return make_step(
-        setup,
-        name="GRPO",
-        required=cfg.required_fields(),
-        n_micro=cfg.n_micro,
-        loss_factory=grpo.grpo_loss(setup.graphdef, cfg),
-        grads_only=grads_only,
-        before_guard=before_guard,
-    )
+    update_refused). `grads_only=True` builds the non-updating gradient function instead
+    (`update.make_step`)."""
+    return make_step(setup, grpo_spec(setup, cfg), grads_only=grads_only)
 
 
 def make_grpo_reference(setup: TrainSetup, cfg: grpo.GRPOConfig) -> Callable:
@@ -89,7 +84,7 @@ def make_ppo_prepare(setup: TrainSetup, cfg: ppo.PPOConfig) -> Callable:
                 )
 
             _, out_M = jax.lax.scan(body, None, to_micro(seq, cfg.n_micro))
-            out = [from_micro(x, cfg.n_micro) for x in out_M]
+            out = [from_micro(x) for x in out_M]
             return ppo.with_advantages(batch, *out[:2], cfg, *out[2:])
 
     shardings = (setup.state_shardings, batch_sharding(setup))
@@ -104,23 +99,17 @@ def make_ppo_prepare(setup: TrainSetup, cfg: ppo.PPOConfig) -> Callable:
     )
 
 
+def ppo_spec(setup: TrainSetup, cfg: ppo.PPOConfig) -> StepSpec:
+    """The PPO actor + critic update on a prepared batch, as `update.make_step` builds it."""
+    required = ppo.STEP_FIELDS + (("ref_logp",) if cfg.kl_beta != 0.0 else ())
+    loss = ppo.ppo_loss(setup.graphdef, setup.critic_graphdef, cfg)
+    return StepSpec("PPO", required, cfg.n_micro, loss, with_critic=True)
+
+
 def make_ppo_step(
-    setup: TrainSetup,
-    cfg: ppo.PPOConfig,
-    *,
-    grads_only: bool = False,
-    before_guard: BeforeGuard | None = None,
+    setup: TrainSetup, cfg: ppo.PPOConfig, *, grads_only: bool = False
 ) -> Callable[..., tuple[TrainState, dict[str, jax.Array]]]:
     """The jitted, donating PPO actor + critic update on a prepared batch (metrics of
-    `rl.ppo.ppo_loss` plus grad_norm, critic_grad_norm, lr, update_refused); `grads_only` and
-    `before_guard` as for `make_grpo_step`."""
-    return make_step(
-        setup,
-        name="PPO",
-        required=ppo.STEP_FIELDS + (("ref_logp",) if cfg.kl_beta != 0.0 else ()),
-        n_micro=cfg.n_micro,
-        loss_factory=ppo.ppo_loss(setup.graphdef, setup.critic_graphdef, cfg),
-        grads_only=grads_only,
-        with_critic=True,
-        before_guard=before_guard,
-    )
+    `rl.ppo.ppo_loss` plus grad_norm, critic_grad_norm, lr, update_refused); `grads_only` as
+    for `make_grpo_step`."""
+    return make_step(setup, ppo_spec(setup, cfg), grads_only=grads_only)

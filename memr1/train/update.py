@@ -12,19 +12,18 @@ sorted by length, `memr1.train.batches.pack_step_classes`), each split into M / 
 and scanned in turn inside the one program, with the loss normalised over every part's tokens:
 the gradient is the one-width batch's, without padding every group to the step's longest.
 
-`make_step` is the one skeleton of every update (SFT, GRPO, PPO): they differ only in their loss
-functions. The NaN/inf guard: if the loss or the gradient norm is not finite, the new parameters and
-optimiser state are replaced by the old ones with `jnp.where` (so a poisoned step leaves the
-weights bitwise unchanged), `update_refused` is 1 in the metrics and the state's `n_refused`
-counter grows. The host loop decides from those whether to skip on or stop.
-
-A step built with `before_guard` passes its summed loss and gradients through it just before
-the guard; fault drills install one that makes them NaN or inf at chosen steps
-(`memr1.train.faults`). Production steps are built without it.
+`make_step` is the one skeleton of every update (SFT, GRPO, PPO): they differ only in their
+`StepSpec` (the loss, the fields it reads, whether a critic trains with it). The NaN/inf guard:
+if the loss or the gradient norm is not finite, the new parameters and optimiser state are
+replaced by the old ones with `jnp.where` (so a poisoned step leaves the weights bitwise
+unchanged), `update_refused` is 1 in the metrics and the state's `n_refused` counter grows. The
+host loop decides from those whether to skip on or stop. (Fault drills exercise the guard with a
+step built from a spec whose loss they poison, `memr1.train.faults`.)
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -41,10 +40,6 @@ from memr1.sharding import logical_to_spec, use_mesh
 from memr1.train.state import TrainSetup, TrainState, tree_shardings
 
 Batch = Mapping[str, jax.Array]
-# `(loss, grads) -> (loss, grads)` before the NaN/inf guard (see the module docstring).
-BeforeGuard = Callable[[jax.Array, Any], tuple[jax.Array, Any]]
-# A step builder: `before_guard -> jitted step` (what a fault wrapper is installed around).
-StepBuilder = Callable[[BeforeGuard | None], Callable[..., tuple]]
 
 
 def batch_sharding(setup: TrainSetup) -> NamedSharding:
@@ -126,18 +121,17 @@ def shard_batch(setup: TrainSetup, batch: Mapping[str, Any]) -> dict[str, jax.Ar
     return {k: jax.device_put(v, sharding) for k, v in batch.items()}
 
 
-def to_micro(batch: Batch, n_micro: int, unit: int = 1) -> dict[str, jax.Array]:
+def to_micro(batch: Batch, n_micro: int) -> dict[str, jax.Array]:
     """Splits rows into M interleaved micro-batches: [B, ...] -> [M, B/M, ...].
 
-    Interleaving (micro-batch m takes units m, m + M, ...) draws every micro-batch evenly from
-    each device's contiguous block of rows. A unit is `unit` consecutive rows that stay together
-    (no update needs one since GRPO groups are packed into one row, `memr1.rl.packing`).
+    Interleaving (micro-batch m takes rows m, m + M, ...) draws every micro-batch evenly from
+    each device's contiguous block of rows.
     """
 
     def split(x):
         b = x.shape[0]
-        x = x.reshape(b // (n_micro * unit), n_micro, unit, *x.shape[1:])
-        return jnp.swapaxes(x, 0, 1).reshape(n_micro, b // n_micro, *x.shape[3:])
+        x = x.reshape(b // n_micro, n_micro, *x.shape[1:])
+        return jnp.swapaxes(x, 0, 1)
 
     return {k: split(v) for k, v in batch.items()}
 
@@ -196,6 +190,25 @@ LossFactory = Callable[
 ]
 
 
+@dataclasses.dataclass(frozen=True)
+class StepSpec:
+    """One kind of update, as `make_step` builds it (`memr1.train.steps`, `memr1.train.sft`).
+
+    name: the update's name in errors ("GRPO"). required: the batch fields it reads.
+    n_micro: its micro-batches, shared among a batch's width classes. loss_factory:
+    `(parts, frozen_params) -> (loss_fn, batch_metrics)`, where `parts` is `as_parts(batch)`,
+    `loss_fn(diff_params, micro_batch) -> (loss, metrics)` is normalised by global counts over
+    every part and `diff_params` is `(trainable,)` or `(trainable, critic_params)`.
+    with_critic: the critic is trained by the same loss with its own optimiser.
+    """
+
+    name: str
+    required: tuple[str, ...]
+    n_micro: int
+    loss_factory: LossFactory
+    with_critic: bool = False
+
+
 def _apply(setup: TrainSetup, state: TrainState, trainable, frozen, grads, ok) -> TrainState:
     """The state after one guarded update: the policy (and the critic, when grads holds its
     gradients) step only if `ok`; the step counter always advances, n_refused when not ok."""
@@ -215,34 +228,21 @@ def _apply(setup: TrainSetup, state: TrainState, trainable, frozen, grads, ok) -
 
 
 def make_step(
-    setup: TrainSetup,
-    *,
-    name: str,
-    required: tuple[str, ...],
-    n_micro: int,
-    loss_factory: LossFactory,
-    with_critic: bool = False,
-    grads_only: bool = False,
-    before_guard: BeforeGuard | None = None,
+    setup: TrainSetup, spec: StepSpec, *, grads_only: bool = False
 ) -> Callable[..., tuple]:
-    """The jitted, donating update `step(state, batch) -> (state, metrics)`; `batch` is one
-    dict or a tuple of width classes (see the module docstring), `n_micro` shared among them.
+    """The jitted, donating update `step(state, batch) -> (state, metrics)` of `spec`; `batch`
+    is one dict or a tuple of width classes (see the module docstring), `spec.n_micro` shared
+    among them.
 
     The update program runs the policy (and critic) only: a KL reference's log-probs come in
     the batch (`ref_logp`), computed once per rollout by a forward-only program
     (`make_logprob_fn`), not on every micro-batch of every update.
 
-    Args:
-      loss_factory: `(parts, frozen_params) -> (loss_fn, batch_metrics)`, where `parts` is
-        `as_parts(batch)`, `loss_fn(diff_params, micro_batch) -> (loss, metrics)` is normalised
-        by global counts over every part and `diff_params` is `(trainable,)` or
-        `(trainable, critic_params)`.
-      with_critic: the critic is trained by the same loss with its own optimiser.
-      grads_only: instead build `(state, batch) -> (loss, grads, metrics)`, which
-        updates nothing and donates nothing (gradient checks and diagnostics); grads is
-        `(trainable,)` or `(trainable, critic)`.
-      before_guard: applied to the summed (loss, grads) before the guard (fault drills).
+    grads_only: instead build `(state, batch) -> (loss, grads, metrics)`, which updates nothing
+    and donates nothing (gradient checks and diagnostics); grads is `(trainable,)` or
+    `(trainable, critic)`.
     """
+    name, with_critic = spec.name, spec.with_critic
     if with_critic and setup.critic_graphdef is None:
         raise ValueError(f"the {name} step trains a critic but the train state has none")
     divisor = setup.mesh.shape["data"] * setup.mesh.shape["fsdp"]
@@ -250,13 +250,11 @@ def make_step(
     def step(state: TrainState, batch: Batch | tuple[Batch, ...]):
         with use_mesh(setup.mesh, setup.rules):
             parts = as_parts(batch)
-            micro = micro_parts(parts, required, n_micro, divisor, name)
+            micro = micro_parts(parts, spec.required, spec.n_micro, divisor, name)
             trainable, frozen = split_trainable(state.params, setup.trainable)
             diff = (trainable, state.critic_params) if with_critic else (trainable,)
-            loss_fn, metrics = loss_factory(parts, frozen)
+            loss_fn, metrics = spec.loss_factory(parts, frozen)
             loss, grads, micro_metrics = accumulate(setup, loss_fn, diff, micro)
-            if before_guard is not None:
-                loss, grads = before_guard(loss, grads)
             if grads_only:
                 return loss, grads, {**metrics, **micro_metrics}
             ok = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(grads))
@@ -287,12 +285,10 @@ def make_step(
     )
 
 
-def from_micro(x_M: jax.Array, n_micro: int, unit: int = 1) -> jax.Array:
+def from_micro(x_M: jax.Array) -> jax.Array:
     """The inverse of `to_micro` for one array: [M, B/M, ...] -> [B, ...] in the batch's order."""
     m, per = x_M.shape[:2]
-    rest = x_M.shape[2:]
-    x = x_M.reshape(n_micro, per // unit, unit, *rest)
-    return jnp.swapaxes(x, 0, 1).reshape(m * per, *rest)
+    return jnp.swapaxes(x_M, 0, 1).reshape(m * per, *x_M.shape[2:])
 
 
 # `(graphdef, params, micro_batch) -> per-token log-probs`, the layout the loss reads.
@@ -333,8 +329,7 @@ def make_logprob_fn(
             def body(_, mb):
                 return None, logprobs(setup.graphdef, rebind(params), mb)
 
-            per = part_micro(n_micro, parts, "logprob")
-            out = tuple(from_micro(jax.lax.scan(body, None, m)[1], per) for m in micro)
+            out = tuple(from_micro(jax.lax.scan(body, None, m)[1]) for m in micro)
             return out if isinstance(batch, tuple | list) else out[0]
 
     return jax.jit(

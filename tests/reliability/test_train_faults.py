@@ -3,7 +3,7 @@ right after checkpoints, impossible loop settings, and run-to-run determinism.
 
 Every run goes through `loop.run_sft` with real Orbax checkpoints and a real metrics.jsonl; the
 poisoned steps run a twin of the update built with `memr1.train.faults` (the same step, its loss or
-gradients scaled by NaN/inf before the guard), so the NaN/inf guard under test is the production
+gradients scaled by NaN/inf), so the NaN/inf guard under test is the production
 one, and every other step runs the production step itself.
 """
 
@@ -36,10 +36,8 @@ def _run(policy, pairs, workdir, *, steps, every=1, seed=0, s0=None, step_fn=Non
     setup, initial, step = policy
     if inject_nonfinite:
         # The compiled production step for ordinary steps, a poisoned twin for the others.
-        build = lambda hook: (
-            step if hook is None else sft.make_sft_step(setup, SFT_CFG, before_guard=hook)
-        )
-        step_fn = faults.inject_nonfinite(build, inject_nonfinite)
+        spec = sft.sft_spec(setup, SFT_CFG)
+        step_fn = faults.inject_nonfinite(setup, spec, inject_nonfinite, clean=step)
     loop_cfg = tiny.loop_config(seed=seed, steps=steps, batch_size=4, checkpoint_every=every, **cfg)
     with (
         checkpointer(workdir / "ckpt", keep=20) as ckpt,

@@ -1,8 +1,8 @@
 """With bfloat16 compute the first update's ratio is 1 up to the network's own rounding.
 
-The sampler's log-probs become the update's old log-probs (`grpo_batch_from_rollout`), and the
-first update recomputes them with the trainer's chunked log-prob pass on the same weights, so
-exp(trainer − sampler) is the first update's ratio. Both paths unembed through
+The sampler's log-probs become the update's old log-probs (`memr1.train.batches.pack_rollout`),
+and the first update recomputes them with the trainer's chunked log-prob pass on the same
+weights, so exp(trainer − sampler) is the first update's ratio. Both paths unembed through
 `Transformer.unembed`; rounding its logits to bfloat16 (then casting to float32) moved them by up
 to half a bfloat16 step, 0.03–0.06 nats at logits of 10–20, and the ratio by ~7e-3 on average.
 """

@@ -1,4 +1,4 @@
-"""tools/bench_generate.py's sampler-vs-trainer check: the trainer's log-probs of a rollout's
+"""tools/bench/bench_generate.py's sampler-vs-trainer check: the trainer's log-probs of a rollout's
 tokens are the sampler's own (float32, where only summation order differs)."""
 
 from __future__ import annotations

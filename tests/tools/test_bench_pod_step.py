@@ -1,4 +1,4 @@
-"""tools/bench_pod_step.py at tiny sizes: its JSON report has every field, the update's
+"""tools/bench/bench_pod_step.py at tiny sizes: its JSON report has every field, the update's
 compiled FLOPs are n_micro times those of the micro-batch program the trainer compiles (plus,
 with the block-skipping kernel, its calls in that program priced from the block mask), the real
 FLOPs are 6N (update) or 2N (sampler) per real token, and the ratios are their quotients."""

@@ -1,4 +1,4 @@
-"""tools/bench_train.py's comparison batch: its loss must be far from zero, or the first-step
+"""tools/bench/bench_train.py's comparison batch: its loss must be far from zero, or the first-step
 check (|memr1 - torch| <= rtol |torch|) compares rounding noise. A token-mean surrogate of
 z-scored advantages over lengths unrelated to them was ~2e-3, and bf16 kernels of AVX2 and
 AVX-512 CPUs differed by 2% on it."""

@@ -1,6 +1,6 @@
 """tools/memory_estimate.py counts what is resident (the PPO critic, the multi-host answerer
 replica, no compute copy of the trained weights) and agrees with XLA's own plan of a compiled
-GRPO update (tools/memory_vs_xla.py) within 15%."""
+GRPO update (tools/bench/memory_vs_xla.py) within 15%."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from memr1.models import transformer
 from memr1.models.config import get_size
-from tests.fake_devices import ROOT
+from tests.fake_devices import ROOT, xla_flags
 from tests.tool import load_tool
 
 
@@ -94,7 +94,7 @@ RUN_TOOLS = """
 import json, sys
 from memr1.torchless import without_torch
 without_torch()
-sys.path.insert(0, "tools")
+sys.path[:0] = ["tools", "tools/bench"]
 failed = 0
 for tool, argv in json.loads(sys.argv[1]):
     code = __import__(tool).main(argv)
@@ -111,7 +111,7 @@ SAMPLER = ["--stage", "manager", "--layers", "2", "--layouts", "none", "--states
 COMMANDS = {
     # One compile of the real GRPO step (tiny widths, 2 blocks): ~20 s.
     "xla_peak": ("memory_vs_xla", ["--case", "tiny:2:32:256:64:1"]),
-    # tools/bench_pod_step.py's update row of the recipe's own update (one packed row a group,
+    # tools/bench/bench_pod_step.py's update row of the recipe's own update (one packed row a group,
     # the reply-column head, `model.scan_layers`, the reference outside the step) at tiny
     # widths, under each `model.remat_policy`: ~25 s each. One width class: at these widths
     # XLA:CPU gives the second class's scan its own score buffers (+17% of the peak under
@@ -132,8 +132,8 @@ def reports(tmp_path_factory) -> dict[str, dict]:
     out = tmp_path_factory.mktemp("tools")
     runs = [(tool, [*argv, "--json", str(out / f"{name}.json")])
             for name, (tool, argv) in COMMANDS.items()]  # fmt: skip
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
-    env.pop("XLA_FLAGS", None)
+    # The run's XLA flags without a device count: each tool sets its own.
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), XLA_FLAGS=xla_flags())
     cmd = [sys.executable, "-c", RUN_TOOLS, json.dumps(runs)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""tools/sft_padding.py counts the padding of an SFT run's batches from a real JSONL and
+"""tools/bench/sft_padding.py counts the padding of an SFT run's batches from a real JSONL and
 tokenizer, random and grouped by length (`memr1.train.order`), as `loop.run_sft` draws them."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""tools/suite_times.py sums the per-test times tests/conftest.py records with MEMR1_TEST_TIMES."""
+"""tools/bench/suite_times.py sums the per-test times tests/conftest.py records with
+MEMR1_TEST_TIMES, and replays them on two workers."""
 
 from __future__ import annotations
 
@@ -23,6 +24,15 @@ def test_per_file_sums_tests_and_sorts_by_cpu():
     rows = tool.per_file(records)
     assert [r["file"] for r in rows] == ["tests/b.py", "tests/a.py"]
     assert rows[1] == {"file": "tests/a.py", "tests": 2, "wall_s": 4.0, "cpu_s": 6.0}
+
+
+def test_the_replay_hands_each_file_to_the_first_free_worker_in_run_order():
+    tool = load_tool("suite_times")
+    # Run order a (8 s), b (3), c (4), d (2): a | b, c, d -> workers at 8 and 9 s.
+    records = [{"test": f"tests/{f}.py::t", "wall_s": s, "cpu_s": s} for f, s in
+               [("a", 5.0), ("b", 3.0), ("a", 3.0), ("c", 4.0), ("d", 2.0)]]  # fmt: skip
+    assert tool.replay(records, workers=2) == [8.0, 9.0]
+    assert tool.replay(records, workers=1) == [17.0]
 
 
 def test_a_run_records_every_test_with_its_subprocess_cpu(tmp_path):

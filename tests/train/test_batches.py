@@ -1,4 +1,5 @@
-"""Dropping zero-signal GRPO groups: which rows stay, in what order, and how many."""
+"""A rollout's RL rows (`pack_rollout`) and dropping zero-signal GRPO groups: which rows stay, in
+what order, and how many."""
 
 import numpy as np
 import pytest
@@ -48,6 +49,29 @@ def test_pack_rollout_gives_constant_groups_zero_advantages_and_no_signal(value,
     assert stats["zero_signal_frac"] == 0.5
     _, kept = keep_signal_groups(batch, group=g, quantum=1)
     assert kept == {"kept_groups_frac": 0.5}
+
+
+def test_pack_rollout_lines_up_tokens_masks_logprobs_and_advantages():
+    # B = 1 prompt, G = 2 samples, prompt width 3 (left-padded), 3 reply columns (right-padded).
+    logps = ([-0.5, -1.0], [-2.0])
+    groups = [
+        [
+            Completion("", np.array([7, 8], np.int32), np.array(ids, np.int32),
+                       np.array(logp, np.float32), True)
+            for ids, logp in zip(([4, 5], [6]), logps, strict=True)
+        ]
+    ]  # fmt: skip
+    batch, stats = pack_rollout(
+        groups, np.array([[1.0, 0.0]]), response_width=3, pad_id=0, prompt_width=3
+    )
+    np.testing.assert_array_equal(batch["tokens"], [[0, 7, 8, 4, 5, 0], [0, 7, 8, 6, 0, 0]])
+    np.testing.assert_array_equal(batch["valid"][1], [0, 1, 1, 1, 0, 0])
+    np.testing.assert_array_equal(batch["prompt_mask"][0], [0, 1, 1])
+    np.testing.assert_array_equal(batch["response_mask"][0], [0, 0, 0, 1, 1, 0])
+    np.testing.assert_array_equal(batch["old_logp"][0], [0, 0, 0, -0.5, -1.0, 0])
+    np.testing.assert_array_equal(batch["sampler_logp"][1], [0, 0, 0, -2.0, 0, 0])
+    np.testing.assert_allclose(batch["advantages"], [0.7071, -0.7071], atol=1e-4)
+    assert stats["zero_signal_frac"] == 0.0
 
 
 def test_a_batch_without_rewards_is_refused():

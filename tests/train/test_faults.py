@@ -1,5 +1,5 @@
-"""Fault injection is a wrapper around a step builder (memr1.train.faults): the production step has
-no fault input, and the wrapped step poisons exactly the chosen steps, where the real NaN/inf
+"""Fault injection builds a step from an update's spec (memr1.train.faults): the production step
+has no fault input, and the built step poisons exactly the chosen steps, where the real NaN/inf
 guard refuses the update and keeps the state bitwise."""
 
 from __future__ import annotations
@@ -16,13 +16,6 @@ from tests.train import tiny
 from tests.train.conftest import GRPO_CFG
 
 SFT_CFG = sft.SFTConfig(n_micro=2, logprob_chunk=tiny.CHUNK)  # the `sft_step` fixture's
-
-
-def _builder(setup, production):
-    """A step builder that hands back the already compiled production step for `None`."""
-    return lambda hook: (
-        production if hook is None else sft.make_sft_step(setup, SFT_CFG, before_guard=hook)
-    )
 
 
 def test_the_production_step_takes_no_fault_input(policy, sft_step):
@@ -43,7 +36,9 @@ def test_the_production_step_takes_no_fault_input(policy, sft_step):
 @pytest.mark.parametrize("kind", ["loss", "grads"])
 def test_the_guard_refuses_the_poisoned_step_and_keeps_the_state(policy, sft_step, kind):
     setup, s0 = policy
-    step = faults.inject_nonfinite(_builder(setup, sft_step), [(1, kind)])
+    # The compiled production step for ordinary steps, a poisoned twin of its spec for step 1.
+    spec = sft.sft_spec(setup, SFT_CFG)
+    step = faults.inject_nonfinite(setup, spec, [(1, kind)], clean=sft_step)
     batches = [shard_batch(setup, tiny.sft_batch(i)) for i in range(3)]
     s1, m0 = step(tiny.copy_tree(s0), batches[0])
     clean, _ = sft_step(tiny.copy_tree(s0), batches[0])
@@ -66,9 +61,9 @@ def test_the_guard_refuses_the_poisoned_step_and_keeps_the_state(policy, sft_ste
 
 def test_an_rl_update_is_poisoned_through_the_loop_wrapper(policy, reference):
     setup, s0 = policy
-    wrap = faults.wrapper([(0, "grads")])
+    build = faults.wrapper([(0, "grads")])
     update = loop.make_rl_update(
-        setup, "grpo", grpo_cfg=GRPO_CFG, ref_params=reference, wrap_step=wrap
+        setup, "grpo", grpo_cfg=GRPO_CFG, ref_params=reference, build_step=build
     )
     s1, metrics = update(tiny.copy_tree(s0), tiny.grpo_batch())
     assert float(metrics["update_refused"]) == 1.0 and int(s1.n_refused) == 1

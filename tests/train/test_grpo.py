@@ -2,14 +2,13 @@
 and refuses a poisoned update."""
 
 import dataclasses
-import types
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from memr1.rl import grpo
+from memr1.rl import grpo, grpo_layout
 from memr1.train import batches, steps, update
 from tests.train import tiny
 from tests.train.conftest import GRPO_CFG
@@ -71,8 +70,10 @@ def test_the_update_never_runs_the_reference(policy, reference, monkeypatch):
     reads the reference's log-probs off the batch, which one forward-only program scores."""
     setup, s0 = policy
     calls = []
-    real = grpo.sequence_logprobs
-    monkeypatch.setattr(grpo, "sequence_logprobs", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = grpo_layout.sequence_logprobs
+    monkeypatch.setattr(
+        grpo_layout, "sequence_logprobs", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
     batch = tiny.grpo_batch()
     steps.make_grpo_step(setup, tiny.grpo_config(kl_beta=0.0)).trace(s0, batch)
     without_ref = len(calls)
@@ -108,24 +109,6 @@ def test_nan_guard_refuses_a_poisoned_update(policy, reference, grpo_step):
     assert float(metrics["lr"]) == pytest.approx(1.5e-3)
     assert int(state.step) == 2 and int(state.n_refused) == 1
     assert not tiny.leaves_equal(state.params, before.params)
-
-
-def test_grpo_batch_from_rollout_lines_up_tokens_masks_and_logprobs():
-    # B = 1 prompt, G = 2 samples, prompt bucket 3 (left-padded), 3 new tokens (right-padded).
-    rollout = types.SimpleNamespace(
-        prompt_tokens=jnp.array([[0, 7, 8], [0, 7, 8]], jnp.int32),
-        prompt_mask=jnp.array([[0, 1, 1], [0, 1, 1]], bool),
-        tokens=jnp.array([[4, 5, 0], [6, 0, 0]], jnp.int32),
-        mask=jnp.array([[1, 1, 0], [1, 0, 0]], bool),
-        logprobs=jnp.array([[-0.5, -1.0, 0.0], [-2.0, 0.0, 0.0]], jnp.float32),
-    )
-    batch, stats = grpo.grpo_batch_from_rollout(rollout, jnp.array([[1.0, 0.0]]))
-    np.testing.assert_array_equal(batch["tokens"][0], [0, 7, 8, 4, 5, 0])
-    np.testing.assert_array_equal(batch["valid"][1], [0, 1, 1, 1, 0, 0])
-    np.testing.assert_array_equal(batch["response_mask"][0], [0, 0, 0, 1, 1, 0])
-    np.testing.assert_array_equal(batch["old_logp"][0], [0, 0, 0, -0.5, -1.0, 0])
-    np.testing.assert_allclose(batch["advantages"], [0.7071, -0.7071], atol=1e-4)
-    assert float(stats["zero_signal_frac"]) == 0.0
 
 
 def _grouped(g: int) -> dict:
@@ -169,12 +152,11 @@ def test_packed_step_equals_whole_rows(policy, reference, n_micro):
     assert float(m2["pad_frac"]) == pytest.approx(1 - real / packed["valid"].size)
 
 
-def test_to_micro_keeps_units_whole():
-    rows = jnp.arange(12)
-    np.testing.assert_array_equal(update.to_micro({"x": rows}, 2)["x"][0], [0, 2, 4, 6, 8, 10])
-    np.testing.assert_array_equal(
-        update.to_micro({"x": rows}, 2, 3)["x"], [[0, 1, 2, 6, 7, 8], [3, 4, 5, 9, 10, 11]]
-    )
+def test_to_micro_interleaves_rows_and_from_micro_undoes_it():
+    rows = jnp.arange(12).reshape(12, 1)
+    micro = update.to_micro({"x": rows}, 3)["x"]
+    np.testing.assert_array_equal(micro[..., 0], [[0, 3, 6, 9], [1, 4, 7, 10], [2, 5, 8, 11]])
+    np.testing.assert_array_equal(update.from_micro(micro), rows)
 
 
 def test_packed_update_refuses_row_layout_and_sequence_means(policy):

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from memr1.env.policy import Completion
-from memr1.rl import grpo, ppo
+from memr1.rl import grpo, grpo_layout, ppo, update_metrics
 from memr1.train import batches, loop, steps
 from memr1.train.metrics_log import MetricsWriter, read_jsonl
+from memr1.train.update import make_step
 from tests.train import tiny
 
 
@@ -74,7 +75,7 @@ def test_pad_frac_counts_the_positions_the_update_runs():
         bool,
     )
     # Whole rows: 28 positions, 20 real.
-    assert float(grpo.pad_frac(jnp.asarray(valid))) == pytest.approx(8 / 28)
+    assert float(update_metrics.pad_frac(jnp.asarray(valid))) == pytest.approx(8 / 28)
     # What the updates log: GRPO by its layout, PPO (every row whole) over whole rows.
     batch = {
         "valid": jnp.asarray(valid),
@@ -108,7 +109,7 @@ def test_packed_loss_on_a_bucketed_batch_equals_whole_rows(policy, reference):
     rewards = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 1.0]], np.float32)
     batch, _ = batches.rollout_rows(groups, rewards, {}, response_width=48, pad_id=0, group=g)
     assert batch["tokens"].shape == (8, 32)
-    fields = grpo.FIELDS + ("prompt_mask", "old_logp")
+    fields = grpo_layout.ROW_FIELDS + ("prompt_mask", "old_logp")
     batch = {k: batch[k] for k in fields}
     packed = batches.pack_step_groups(batch, g)
     # The longest group: 5 prompt + 3 + 9 reply tokens (17: a 32 bucket); the most reply
@@ -137,22 +138,18 @@ def test_packed_loss_on_a_bucketed_batch_equals_whole_rows(policy, reference):
 
 
 @pytest.mark.slow
-def test_steps_with_different_reply_lengths_compile_one_program_per_width(
-    policy, monkeypatch, tmp_path
-):
+def test_steps_with_different_reply_lengths_compile_one_program_per_width(policy, tmp_path):
     """Three GRPO steps whose replies are 4, 40 and 6 tokens long under a 48-token budget: the
     update compiles two programs (packed widths 16 and 48), and each step logs its own pad_frac."""
     setup, s0 = policy
     built = []
-    real = steps.make_grpo_step
 
-    def spy(*args, **kwargs):
-        built.append(real(*args, **kwargs))
+    def spy(setup, spec):  # the loop's step builder, keeping what it built
+        built.append(make_step(setup, spec))
         return built[-1]
 
-    monkeypatch.setattr(steps, "make_grpo_step", spy)
     cfg = tiny.grpo_config(shared_prompt=True, group_size=2, kl_beta=0.0)
-    update = loop.make_rl_update(setup, "grpo", grpo_cfg=cfg)
+    update = loop.make_rl_update(setup, "grpo", grpo_cfg=cfg, build_step=spy)
     lengths = {0: 4, 1: 40, 2: 6}
     calls = []
 

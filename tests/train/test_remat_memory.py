@@ -35,7 +35,7 @@ ROWS, LENGTH = 2, 256
 
 
 def _temp_bytes(cfg: ModelConfig) -> int:
-    """XLA's temporary bytes of the compiled SFT step, as tools/remat_memory.py reads them."""
+    """XLA's temporary bytes of the compiled SFT step, as tools/bench/remat_memory.py reads them."""
     return load_tool("remat_memory").sft_temp_bytes(cfg, ROWS, LENGTH, chunk=64)
 
 

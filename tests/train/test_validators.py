@@ -19,6 +19,7 @@ import pytest
 from memr1.env import rollout
 from memr1.env.manager_reward import ManagerState
 from memr1.train import validators
+from tests.fake_devices import xla_flags
 from tests.train.test_manager_reward import OUTPUTS, STATE, RuleAnswerer, env
 
 
@@ -130,7 +131,7 @@ def test_two_processes_score_their_uneven_shares_and_log_the_same_means(tmp_path
         env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(root))
         env.update(
             JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2",
-            JAX_PROCESS_ID=str(pid), XLA_FLAGS="--xla_force_host_platform_device_count=1",
+            JAX_PROCESS_ID=str(pid), XLA_FLAGS=xla_flags(1),
         )  # fmt: skip
         command = [sys.executable, "-m", "tests.train.multiprocess_validation", str(tmp_path)]
         procs.append(

@@ -12,7 +12,7 @@ import optax
 import pytest
 
 from memr1.env.policy import Completion
-from memr1.rl import grpo, packing
+from memr1.rl import grpo_layout, packing
 from memr1.train import batches, loop, steps
 from tests.train import tiny
 
@@ -41,7 +41,9 @@ def _rows(seed: int = 0) -> dict[str, np.ndarray]:
         )
     rewards = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]], np.float32)
     batch, _ = batches.rollout_rows(groups, rewards, {}, response_width=64, pad_id=0, group=2)
-    return {k: batch[k] for k in grpo.FIELDS + ("prompt_mask", "old_logp", "sampler_logp")}
+    return {
+        k: batch[k] for k in grpo_layout.ROW_FIELDS + ("prompt_mask", "old_logp", "sampler_logp")
+    }
 
 
 def test_groups_are_sorted_into_classes_each_at_its_own_width():

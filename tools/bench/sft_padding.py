@@ -1,8 +1,8 @@
 """How much of an SFT run's token positions are padding, with and without length grouping.
 
-  python tools/sft_padding.py SFT_JSONL HF_DIR --batch_size 8 --steps 1400 --sft_length 208 \
+  python tools/bench/sft_padding.py SFT_JSONL HF_DIR --batch_size 8 --steps 1400 --sft_length 208 \
       --sft_buckets 8
-  python tools/sft_padding.py work/demo/seed-0/traces/sft.jsonl work/demo/seed-0/base \
+  python tools/bench/sft_padding.py work/demo/seed-0/traces/sft.jsonl work/demo/seed-0/base \
       --groups 0,4,8,16 --out sft_padding.json
 
 Tokenises the rows as `memr1.train` does (`sft.read_sft_pairs`: the prompt through the
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from memr1.atomic import write_json_atomic
 from memr1.env.policy import TextPolicy

@@ -1,7 +1,7 @@
 """GRPO update-step benchmark: memr1's jitted step against the same step in PyTorch + transformers.
 
-  python tools/bench_train.py [--size tiny] [--batch 8] [--length 256] [--json OUT]
-  python tools/bench_train.py --gpu [--peak-tflops 989] [--json OUT]   # Qwen2.5-3B shape
+  python tools/bench/bench_train.py [--size tiny] [--batch 8] [--length 256] [--json OUT]
+  python tools/bench/bench_train.py --gpu [--peak-tflops 989] [--json OUT]   # Qwen2.5-3B shape
 
 Both sides start from the same random weights (ours are copied into an HF `Qwen2ForCausalLM`
 through the checkpoint layout table of `memr1.models.hf_io`) and take the same batch: B rows of
@@ -20,7 +20,7 @@ weights, bfloat16 compute (torch: autocast), a bfloat16 reference, remat / gradi
 and batch 8 x 1024, and reports peak device memory of each side; the two sides run one after
 the other there (they would not fit on the device together). On a CPU the steps of the two sides
 alternate and both are pinned to one thread (`--cpu-threads`), so the load of a shared machine
-falls on both alike. The two steps live in tools/bench_train_engines.py. Results:
+falls on both alike. The two steps live in tools/bench/bench_train_engines.py. Results:
 docs/benchmarks.md.
 """
 
@@ -110,8 +110,9 @@ def parse_args(argv):
 
 
 def _tool(name: str):
-    """tools/<name>.py as a module (tools/ is not a package): bench_generate lends its HF twin
-    builder, GPU check and peak-memory reader; bench_train_engines holds the two steps."""
+    """tools/bench/<name>.py as a module (tools/bench/ is not a package): bench_generate lends
+    its HF twin builder, GPU check and peak-memory reader; bench_train_engines holds the two
+    steps."""
     path = Path(__file__).with_name(f"{name}.py")
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)

@@ -1,6 +1,6 @@
 """XLA's temporary bytes of prefill and update with the einsum and the chunked attention kernels.
 
-  python tools/attention_memory.py [--size qwen2.5-3b] [--layers 2] [--batch 2]
+  python tools/bench/attention_memory.py [--size qwen2.5-3b] [--layers 2] [--batch 2]
                                    [--lengths 1024,4096] [--vocab V] [--json OUT] [--machine TEXT]
 
 Compiles (never runs) two programs on one CPU device at the widths of `--size` (its vocabulary

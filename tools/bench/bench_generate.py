@@ -1,9 +1,9 @@
 """Generation benchmark: memr1's jitted sampler against HF transformers `generate` (PyTorch).
 
-  python tools/bench_generate.py [--batches 8,32] [--prompt-len 64] [--new-tokens 128]
+  python tools/bench/bench_generate.py [--batches 8,32] [--prompt-len 64] [--new-tokens 128]
                                  [--json OUT]
-  python tools/bench_generate.py --gpu [--json OUT]     # Qwen2.5-3B shape, bf16, on a GPU
-  python tools/bench_generate.py --gpu --samples 1 --hf-repeats 1 --no-split   # one sampler compile
+  python tools/bench/bench_generate.py --gpu [--json OUT]     # Qwen2.5-3B shape, bf16, on a GPU
+  python tools/bench/bench_generate.py --gpu --samples 1 --hf-repeats 1 --no-split  # one compile
 
 Both sides run the same random weights (ours are copied into an HF model through the checkpoint
 layout table of `memr1.models.hf_io`) and sample at temperature 1 without filters, for exactly

@@ -1,6 +1,6 @@
 """`tools/memory_estimate.py` against XLA's own plan of the GRPO update, compiled on fake devices.
 
-  python tools/memory_vs_xla.py [--devices 8] [--case tiny:2:32:256:64:1 ...] [--json OUT]
+  python tools/bench/memory_vs_xla.py [--devices 8] [--case tiny:2:32:256:64:1 ...] [--json OUT]
 
 A case is SIZE:LAYERS:ROWS:PROMPT:RESPONSE:N_MICRO: the size's real widths with LAYERS blocks,
 ROWS rows of PROMPT + RESPONSE tokens a step over every device (FSDP), N_MICRO micro-batches.
@@ -28,9 +28,10 @@ import numpy as np
 
 from memr1.torchless import without_torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tools"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # configs/, as a script
+sys.path.insert(0, str(ROOT / "tools"))  # memory_estimate
+sys.path.insert(0, str(ROOT / "tools" / "bench"))  # pod_step_costs
 
 MACHINE = "2-core AMD EPYC x86-64 (AVX-512), 24 GB, no GPU"
 DEFAULT_CASES = ("tiny:2:32:256:64:1", "tiny:4:32:256:64:1", "tiny:2:32:512:128:1")

@@ -1,4 +1,4 @@
-"""The programs `tools/bench_pod_step.py` compiles and what it counts in them: drawn lengths,
+"""The programs `tools/bench/bench_pod_step.py` compiles and what it counts in them: drawn lengths,
 the parameters whose FLOPs a token pays, the sampler's prefill and decode costs, the update's
 micro-batch step over a packed batch, and XLA's memory figures (see that tool's docstring for
 what "real" counts and why each loop is compiled apart)."""

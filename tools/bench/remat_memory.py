@@ -1,6 +1,6 @@
 """XLA's temporary bytes of the compiled SFT step, by depth, with and without remat and scan.
 
-  python tools/remat_memory.py [--layers 4,8] [--d-model 512] [--batch 4] [--length 1024]
+  python tools/bench/remat_memory.py [--layers 4,8] [--d-model 512] [--batch 4] [--length 1024]
 
 Compiles (never runs) the real jitted SFT step on one device for a tiny-family model widened to
 the given shape and prints `compiled.memory_analysis().temp_size_in_bytes` for each depth and
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from memr1.torchless import without_torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # configs/, as a script
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # configs/, as a script
 
 SETTINGS = {
     "loop": {},

@@ -1,4 +1,5 @@
-"""The two sides of tools/bench_train.py: memr1's jitted GRPO step and the same step in PyTorch.
+"""The two sides of tools/bench/bench_train.py: memr1's jitted GRPO step and the same step in
+PyTorch.
 
 An engine has `name`, `n_params`, `step()` (blocks until done; returns the first-step loss
 figures on its first call, None after) and `finish()` (extra report fields; frees its memory);

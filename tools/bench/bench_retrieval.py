@@ -1,6 +1,6 @@
 """Retrieval and embedding benchmark: ScaNN vs exact NumPy vs exact JAX, Flax vs PyTorch MiniLM.
 
-  python tools/bench_retrieval.py [--sizes 1e3,1e4,1e5,1e6] [--dim 384] [--queries 200]
+  python tools/bench/bench_retrieval.py [--sizes 1e3,1e4,1e5,1e6] [--dim 384] [--queries 200]
                                   [--json OUT]
 
 Retrieval runs on random unit vectors (isotropic: the hardest case for a partition tree; real
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the tools/ modules imported below
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the tools/bench/ modules imported below
 
 import bench_memory
 import retrieval_timing as rb
@@ -203,7 +203,7 @@ def embedding_throughput(args, rng, encoder) -> dict:
 
 
 def memory_bank_ops() -> dict:
-    """The memory-bank op throughput (tools/bench_memory.py at its default sizes)."""
+    """The memory-bank op throughput (tools/bench/bench_memory.py at its default sizes)."""
     return {"function": "bench_bank_ops", "result": bench_memory.bench_bank_ops()}
 
 

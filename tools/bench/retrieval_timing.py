@@ -1,4 +1,5 @@
-"""Measurements behind tools/bench_retrieval.py: recall, queries per second, build cost, updates.
+"""Measurements behind tools/bench/bench_retrieval.py: recall, queries per second, build cost,
+updates.
 
 Kept in the package (not the tool) so they can be reused from notebooks and stay importable in
 tests; nothing here runs at import time.

@@ -1,7 +1,7 @@
 """One RL step of each stage at the paper's settings, compiled on fake CPU devices: per-device
 FLOPs against the real tokens' and XLA's memory against `tools/memory_estimate.py`.
 
-  python tools/bench_pod_step.py [--stage answer] [--size qwen2.5-7b] [--layers 2]
+  python tools/bench/bench_pod_step.py [--stage answer] [--size qwen2.5-7b] [--layers 2]
                                  [--layouts packed] [--prompt-lengths 1800:3000]
                                  [--reply-lengths 50:300] [--json OUT]
 
@@ -79,9 +79,10 @@ import numpy as np
 
 from memr1.torchless import without_torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # configs/, as a script
-sys.path.insert(0, str(ROOT / "tools"))  # memory_estimate, pod_step_costs
+sys.path.insert(0, str(ROOT / "tools"))  # memory_estimate
+sys.path.insert(0, str(ROOT / "tools" / "bench"))  # pod_step_costs
 
 MACHINE = "2-core AMD EPYC x86-64 (AVX-512), 24 GB, no GPU"
 DEFAULT_LENGTHS = {  # (prompt, reply) token ranges per stage
