@@ -62,6 +62,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data = base.data_section(str(v["dataset"]))
     config.memory = base.memory_section()
     config.agents = base.agents_section()
+    config.engine = base.engine_section()
     config.judge = base.judge_section()
     config.tuples = base.tuples_section()
     config.train = base.train_section(str(v["stage"]), str(v["algo"]))

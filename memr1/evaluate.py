@@ -37,6 +37,7 @@ from memr1.eval.longmemeval_judge import (
     summarize_longmemeval,
 )
 from memr1.models.hf_io import CheckpointError
+from memr1.sampling.engine import EngineSettings
 from memr1.torchless import without_torch
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/memr1.py", "Experiment config.")
@@ -81,7 +82,12 @@ def judge_backend(config, backbone):
             config.judge.base_url, config.judge.model, api_key_env=config.judge.api_key_env
         )
     if kind == "local":
-        policy = load.make_policy(backbone, batch_size=config.agents.batch_size, name="judge")
+        policy = load.make_policy(
+            backbone,
+            batch_size=config.agents.batch_size,
+            name="judge",
+            engine=EngineSettings.from_config(config),
+        )
 
         def complete(prompts):
             chats = [[{"role": "user", "content": p}] for p in prompts]
@@ -154,6 +160,7 @@ def evaluate(config, *, hf_dir, manager_ckpt, answer_ckpt, embed_dir, workdir, o
             batch_size=a.batch_size,
             max_prompt_tokens=a.max_prompt_tokens,
             name=name,
+            engine=EngineSettings.from_config(config),
         )
 
     encoder = Encoder.from_dir(embed_dir)

@@ -19,6 +19,7 @@ from memr1.models import config as model_config
 from memr1.models import transformer
 from memr1.models.hf_io import load_hf
 from memr1.models.tokenizer import load_tokenizer, special_ids
+from memr1.sampling.engine import EngineSettings
 from memr1.sharding import logical_to_spec
 
 
@@ -97,8 +98,10 @@ def make_policy(
     batch_size: int = 8,
     max_prompt_tokens: int = 4096,
     name: str = "policy",
+    engine: EngineSettings | None = None,
 ) -> TextPolicy:
-    """A TextPolicy over the backbone, with its own parameters when given."""
+    """A TextPolicy over the backbone, with its own parameters when given; `engine`: the
+    rollout engine's settings (`EngineSettings.from_config(config)`; default: its defaults)."""
     return TextPolicy(
         backbone.cfg,
         backbone.graphdef,
@@ -109,4 +112,5 @@ def make_policy(
         batch_size=batch_size,
         max_prompt_tokens=max_prompt_tokens,
         name=name,
+        engine=engine,
     )

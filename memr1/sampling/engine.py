@@ -28,7 +28,6 @@ arguments.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -42,9 +41,6 @@ from memr1.sampling.layout import row_devices
 from memr1.sampling.programs import Programs, new_pool
 from memr1.sampling.request import PromptBatch, check_request, default_bucket, left_pad
 from memr1.sampling.scheduler import Prompt, RunPlan, Scheduler, ceil_div, pow2_at_least
-
-# A round ends early once this share of the slots has finished while rows wait for a slot.
-REFILL_SHARE = 1 / 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,7 +168,8 @@ class Engine:
         eos_ids: Sequence[int] = (),
         stop_sequences: Sequence[Sequence[int]] = (),
         slots: int | None = None,
-        progress: Callable[[int], None] | None = None,
+        prompt_ids: Sequence[int] | None = None,
+        progress: Callable[[list[int]], None] | None = None,
     ) -> EngineOutput:
         """Generates `num_samples` continuations of every prompt in one run.
 
@@ -180,13 +177,15 @@ class Engine:
           params: model parameters (a decode copy on a mesh splits the slots over its
             data × fsdp devices: `memr1.sampling.layout`); never donated.
           prompt_tokens: B prompts of token ids (any lengths >= 1).
-          key: PRNG key; row (b, g) draws from fold_in(fold_in(key, b), g).
+          key: PRNG key; row (b, g) draws from fold_in(fold_in(key, prompt_ids[b]), g).
           max_new_tokens, num_samples, temperature, top_k, top_p, eos_ids, stop_sequences:
             as `memr1.sampling.sampler.Sampler.generate` takes them.
           slots: rows decoded at once, over all devices (default B·G: every row at once);
             rounded up to a multiple of the devices.
-          progress: called with the number of prompts whose G samples have all finished since
-            its last call.
+          prompt_ids: each prompt's id in the key (default: its index, 0 .. B - 1), so that a
+            prompt keeps its replies in any order or batch of prompts.
+          progress: called with the indices of the prompts whose G samples have all
+            finished since its last call.
         """
         prompts, top_k = check_request(
             self.cfg, prompt_tokens, max_new_tokens=max_new_tokens, num_samples=num_samples,
@@ -198,9 +197,12 @@ class Engine:
             raise ValueError(f"slots must be >= 1, got {slots}")
         devices, row_split = row_devices(params)
         lengths = [len(p) for p in prompts]
+        ids = np.arange(len(prompts)) if prompt_ids is None else np.asarray(prompt_ids, np.int64)
+        if ids.shape != (len(prompts),) or ids.min() < 0 or ids.max() >= 2**31:
+            raise ValueError(f"prompt_ids must be {len(prompts)} ids in [0, 2**31), got {ids}")
         plan = self.plan(lengths, num_samples=g, max_new_tokens=int(max_new_tokens),
                          slots=slots, devices=devices)  # fmt: skip
-        scheduler = Scheduler(lengths, plan)
+        scheduler = Scheduler(lengths, plan, ids)
         pool = new_pool(self.cfg, devices, plan.pages_per_device, plan.page_size,
                         self.cache_dtype, row_split)  # fmt: skip
         stops = stopping.make_stop_set(eos_ids, stop_sequences)
@@ -213,41 +215,20 @@ class Engine:
             use_top_p=not greedy and top_p is not None and top_p < 1.0,
             row_split=row_split,
         )
-        count = dict(rounds=0, decode_steps=0, slot_steps=0, live_slot_steps=0, prefills=0,
-                     prefill_rows=0)  # fmt: skip
-        reported = 0
-        while not scheduler.done:
-            new = scheduler.start_round()
-            if any(new):
-                pool = self._prefill(params, pool, new, prompts, plan, args, static)
-                count["prefills"] += 1
-                count["prefill_rows"] += sum(map(len, new))
-            scheduler.admit(prefilled=any(new))
-            if scheduler.running():
-                slots_now = scheduler.round_slots()
-                total = plan.devices * slots_now
-                refill = (
-                    max(1, math.ceil(total * REFILL_SHARE)) if scheduler.waiting() else total + 1
-                )
-                rows = scheduler.round_inputs(
-                    stops.window, slots_now, scheduler.round_reply_pages()
-                )
-                pool, *out = self.programs.round(
-                    params, pool, rows, *args, np.int32(plan.max_new), np.int32(refill),
-                    steps=plan.round_steps, num_samples=g, **static,
-                )  # fmt: skip
-                toks, logps, length, active, stopped, steps, live = jax.device_get(out)
-                scheduler.end_round(slots_now, toks, logps, length, active, stopped)
-                count["rounds"] += 1
-                count["decode_steps"] += int(steps)
-                count["slot_steps"] += int(steps) * total
-                count["live_slot_steps"] += int(live)
-            if progress is not None:
-                done = scheduler.prompts_done()
-                if done > reported:
-                    progress(done - reported)
-                    reported = done
-        del pool
+        state = {"pool": pool}
+
+        def prefill(new):
+            state["pool"] = self._prefill(params, state["pool"], new, prompts, plan, args, static)
+
+        def decode(rows, refill_at):
+            state["pool"], *out = self.programs.round(
+                params, state["pool"], rows, *args, np.int32(plan.max_new), np.int32(refill_at),
+                steps=plan.round_steps, num_samples=g, **static,
+            )  # fmt: skip
+            return jax.device_get(out)
+
+        count = scheduler.run(prefill, decode, stops.window, progress)
+        state.clear()  # the pool's memory is free before the outputs are built
         stats = EngineStats(
             **count,
             preempted=scheduler.preempted,
@@ -275,7 +256,7 @@ class Engine:
                 row = i * batch + j
                 tokens[row, : prompt.length] = prompts[prompt.index]
                 lengths[row] = prompt.length
-                index[row] = prompt.index
+                index[row] = prompt.key_id
                 page_ids[i, j, : len(prompt.pages)] = prompt.pages
         pool, *first = self.programs.prefill(
             params, pool, tokens, lengths, page_ids, index, *args,

@@ -132,10 +132,11 @@ class Programs:
 
         `rows` (from `Scheduler.round_inputs`): token [S] (each row's newest token, fed first),
         length [S] (tokens generated, >= 1), tail [S, W] (its last W tokens, -1 before the
-        first), active [S], prompt_len, prompt_index, sample [S]; the row's lane cell [D, R]
-        and reply_table [D, R, Tr]; each prompt slot's prompt_table [D, PS + 1, Tp] and
-        prompt_slot_len [D, PS + 1]. The round ends after `steps` steps, when no row is
-        active, or once `refill_at` rows have ended (so that waiting rows take their slots).
+        first), active [S], prompt_len, prompt_id (what its keys fold in), sample [S]; the
+        row's lane cell [D, R] and reply_table [D, R, Tr]; each prompt slot's prompt_table
+        [D, PS + 1, Tp] and prompt_slot_len [D, PS + 1]. The round ends after `steps` steps,
+        when no row is active, or once `refill_at` rows have ended (so that waiting rows take
+        their slots).
 
         Returns (pool, tokens [S, steps], log-probs [S, steps] (column i: step i's token, pad
         and 0 where the row was not active), length [S], active [S], stopped [S], steps run,
@@ -145,7 +146,7 @@ class Programs:
         graphdef = transformer.without_remat(self.graphdef, params)
         rows = {k: split(v) for k, v in rows.items()}
         d, r = rows["cell"].shape
-        keys_S = row_keys(key, rows["prompt_index"], rows["sample"])
+        keys_S = row_keys(key, rows["prompt_id"], rows["sample"])
         choose = self._choose(greedy, temperature, top_k, top_p, use_top_p)
         pad = jnp.int32(self.pad_id)
         s = d * r

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -71,6 +72,7 @@ class RunPlan:
 class Prompt:
     index: int  # in the run
     length: int
+    key_id: int  # what its rows' PRNG keys fold in (its index unless the caller names it)
     slot: int = -1  # its prompt slot while resident
     pages: list[int] = dataclasses.field(default_factory=list)
     pending: list[int] = dataclasses.field(default_factory=list)  # samples waiting, ascending
@@ -238,13 +240,23 @@ class DeviceSchedule:
             self._release_if_done(row.prompt)
 
 
+# A round ends early once this share of the slots has ended while rows wait for a slot.
+REFILL_SHARE = 1 / 8
+
+# prefill(new prompts per device): stores each new prompt's first tokens, log-probs and stops.
+Prefill = Callable[[list[list[Prompt]]], None]
+# decode(rows, refill_at) -> (tokens, logps, lengths, active, stopped, steps, live): a round.
+Decode = Callable[[dict[str, np.ndarray], int], tuple]
+
+
 class Scheduler:
     """Every device's schedule for one run, and the rows it has finished."""
 
-    def __init__(self, lengths: Sequence[int], plan: RunPlan):
+    def __init__(self, lengths: Sequence[int], plan: RunPlan, key_ids: Sequence[int] | None = None):
         self.plan = plan
         d = plan.devices
-        prompts = [Prompt(b, int(n)) for b, n in enumerate(lengths)]
+        key_ids = range(len(lengths)) if key_ids is None else key_ids
+        prompts = [Prompt(b, int(n), int(k)) for b, (n, k) in enumerate(zip(lengths, key_ids))]
         self.devices = [DeviceSchedule(prompts[i::d], plan) for i in range(d)]
         self.finished: dict[tuple[int, int], Finished] = {}
         self.total = len(prompts) * plan.num_samples
@@ -252,6 +264,50 @@ class Scheduler:
     @property
     def done(self) -> bool:
         return len(self.finished) == self.total
+
+    def run(
+        self,
+        prefill: Prefill,
+        decode: Decode,
+        window: int,
+        progress: Callable[[list[int]], None] | None = None,
+    ) -> dict[str, int]:
+        """Drives the run to its end: rounds of (grow, prefill, admit, decode, take results).
+
+        `decode` gets the round's rows (`round_inputs`) and how many ended rows end the round
+        early; `window` is the stop window W; `progress` gets the prompts whose samples have
+        all ended, as they end. Returns the run's counts (rounds, decode_steps, slot_steps,
+        live_slot_steps, prefills, prefill_rows).
+        """
+        count = dict.fromkeys(
+            ("rounds", "decode_steps", "slot_steps", "live_slot_steps", "prefills",
+             "prefill_rows"), 0,
+        )  # fmt: skip
+        reported: set[int] = set()
+        while not self.done:
+            new = self.start_round()
+            if any(new):
+                prefill(new)
+                count["prefills"] += 1
+                count["prefill_rows"] += sum(map(len, new))
+            self.admit(prefilled=any(new))
+            if self.running():
+                slots = self.round_slots()
+                total = self.plan.devices * slots
+                refill = max(1, math.ceil(total * REFILL_SHARE)) if self.waiting() else total + 1
+                rows = self.round_inputs(window, slots, self.round_reply_pages())
+                toks, logps, lengths, active, stopped, steps, live = decode(rows, refill)
+                self.end_round(slots, toks, logps, lengths, active, stopped)
+                count["rounds"] += 1
+                count["decode_steps"] += int(steps)
+                count["slot_steps"] += int(steps) * total
+                count["live_slot_steps"] += int(live)
+            if progress is not None:
+                done = self.prompts_done()
+                if len(done) > len(reported):
+                    progress(sorted(done - reported))
+                    reported = done
+        return count
 
     def start_round(self) -> list[list[Prompt]]:
         """Grows running rows (preempting where the pool is short); returns per device the
@@ -305,7 +361,7 @@ class Scheduler:
             "tail": np.full((n, window), -1, np.int32),
             "active": np.zeros(n, bool),
             "prompt_len": np.zeros(n, np.int32),
-            "prompt_index": np.zeros(n, np.int32),
+            "prompt_id": np.zeros(n, np.int32),
             "sample": np.zeros(n, np.int32),
             # Slots without a row point into the dummy prompt slot (the last).
             "cell": np.full((d, slots), ps * g, np.int32),
@@ -325,7 +381,7 @@ class Scheduler:
                 out["tail"][j, window - len(tail) :] = tail
                 out["active"][j] = True
                 out["prompt_len"][j] = row.prompt.length
-                out["prompt_index"][j] = row.prompt.index
+                out["prompt_id"][j] = row.prompt.key_id
                 out["sample"][j] = row.sample
                 out["cell"][i, slot] = row.prompt.slot * g + row.sample
                 out["reply_table"][i, slot, : len(row.pages)] = row.pages
@@ -340,11 +396,11 @@ class Scheduler:
                 self.finished,
             )  # fmt: skip
 
-    def prompts_done(self) -> int:
-        """Prompts all of whose samples have finished."""
+    def prompts_done(self) -> set[int]:
+        """The prompts all of whose samples have finished."""
         g = self.plan.num_samples
         counts = collections.Counter(b for b, _ in self.finished)
-        return sum(1 for n in counts.values() if n == g)
+        return {b for b, n in counts.items() if n == g}
 
     @property
     def peak_pages(self) -> int:

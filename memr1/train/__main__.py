@@ -50,6 +50,7 @@ from memr1.env.policy import agent_budget
 from memr1.env.setup import check_memory_config
 from memr1.memory import BankOverflowError
 from memr1.rl import grpo, ppo
+from memr1.sampling.engine import EngineSettings
 from memr1.torchless import without_torch
 from memr1.train import faults, loop, lora, mesh, sft, validators
 from memr1.train.checkpoint import Checkpointer
@@ -177,6 +178,7 @@ def train(
         batch_size=config.agents.batch_size,
         max_prompt_tokens=config.agents.max_prompt_tokens,
         name=config.stage,
+        engine=EngineSettings.from_config(config),
     )
     workdir = Path(workdir)
     with (

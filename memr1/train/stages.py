@@ -14,6 +14,7 @@ from memr1.env.collision import collision_states
 from memr1.env.manager_reward import RewardEnv
 from memr1.env.memory_store import BankSpec
 from memr1.env.policy import SamplingConfig
+from memr1.sampling.engine import EngineSettings
 from memr1.train import multihost
 from memr1.train.prepare import Models
 
@@ -29,6 +30,7 @@ def reward_env(config, models: Models) -> RewardEnv:
         batch_size=config.agents.batch_size,
         max_prompt_tokens=config.agents.max_prompt_tokens,
         name="frozen answerer",
+        engine=EngineSettings.from_config(config),
     )
     return RewardEnv(
         answerer=answerer,

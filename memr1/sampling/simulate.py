@@ -1,0 +1,54 @@
+"""A rollout engine run without a model: the scheduler driven by known reply lengths.
+
+`simulate` runs `Scheduler.run` (the engine's own host loop) with a decode round that follows
+the compiled round step by step (every active row gains a token a step; a row ends at its reply
+length or the budget; the round ends after `round_steps` steps, when no row is active, or once
+`refill_at` rows have ended), so a run's schedule (rounds, slot-steps, live slot-steps, pages,
+preemptions) is the engine's for the same lengths. Benchmarks size slots and pools with it; the
+tests check it against real runs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from memr1.sampling.scheduler import RunPlan, Scheduler
+
+
+def simulate(prompt_lengths, reply_lengths, plan: RunPlan) -> tuple[dict[str, int], Scheduler]:
+    """The counts of a run whose row (b, g) generates `reply_lengths[b][g]` tokens (reaching
+    `plan.max_new` means cut at the budget, fewer means stopped), and its scheduler at the end.
+    """
+    target = np.asarray(reply_lengths, np.int64)
+    if target.shape != (len(prompt_lengths), plan.num_samples):
+        raise ValueError(f"reply_lengths must be [B, G], got {target.shape}")
+    target = np.clip(target, 1, plan.max_new)
+    scheduler = Scheduler(prompt_lengths, plan)
+
+    def prefill(new):
+        for device in new:
+            for prompt in device:
+                g = plan.num_samples
+                prompt.first_tokens = np.zeros(g, np.int32)
+                prompt.first_logps = np.zeros(g, np.float32)
+                prompt.first_stops = (target[prompt.index] == 1) & (plan.max_new > 1)
+
+    def decode(rows, refill_at):
+        n = len(rows["token"])
+        goal = target[rows["prompt_id"], rows["sample"]]
+        length, active = rows["length"].copy(), rows["active"].copy()
+        stopped = np.zeros(n, bool)
+        steps = live = ended = 0
+        while steps < plan.round_steps and active.any() and ended < refill_at:
+            live += int(active.sum())
+            length += active
+            ends = active & (length >= goal)
+            stopped |= ends & (goal < plan.max_new)
+            ended += int(ends.sum())
+            active &= ~ends
+            steps += 1
+        tokens = np.zeros((n, plan.round_steps), np.int32)
+        logps = np.zeros((n, plan.round_steps), np.float32)
+        return tokens, logps, length, active, stopped, steps, live
+
+    return scheduler.run(prefill, decode, window=1), scheduler
