@@ -153,7 +153,7 @@ def engine_section() -> ml_collections.ConfigDict:
     Its KV cache is a pool of pages of `page_size` tokens (a power of two): a prompt's pages
     are written once and read by all of its samples, and each reply holds the pages its live
     tokens need. `kv_tokens` is the pool of each data × fsdp device in tokens; 0 sizes it for
-    the worst case (every prompt slot at the run's longest prompt and every decode slot at the
+    the worst case (every prompt slot at the run's prompt bucket and every decode slot at the
     full budget), where no row is ever preempted; a smaller pool fits more slots in the same
     memory, and when it runs short the newest rows are preempted and decoded again later (the
     same tokens: each row draws with keys of its own). `round_steps`: decode steps between two

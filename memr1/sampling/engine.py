@@ -6,8 +6,8 @@ How a run goes (`Engine.generate`):
   them resident as slots free up, and gives each row the pages it needs (`memr1.sampling.paged`
   for the memory layout);
 - a newly resident prompt is prefilled once (`Programs.prefill`, prompts batched per device to a
-  power of two and a bucketed width) and its KV written into its pages, which all G samples
-  read; the prefill also draws each sample's first token;
+  power of two, left-padded to the run's prompt bucket) and its KV written into its pages,
+  which all G samples read; the prefill also draws each sample's first token;
 - rounds of up to `round_steps` decode steps (`Programs.round`, one `lax.while_loop`) run the
   slots; a round ends early when an eighth of the slots have finished while rows wait, and
   between rounds finished rows leave and waiting ones take their slots (continuous batching), so
@@ -18,11 +18,11 @@ with per-row keys, and the pages a row reads hold its own tokens only. The same 
 slot counts, page sizes, pool sizes (preempted rows are decoded again from their first token) or
 prompt orders gives the same replies, up to float rounding of batch-size-dependent matmuls.
 
-Programs compile once per shape: slots (D·R), pool pages, the prompt table width (a power of two
-of pages), the reply table width (the budget's pages), `round_steps`, G, greedy / top-k / top-p
-on-off and the stop set's padded shape; a prefill also per prompt batch (powers of two) and
-width (powers of two). Weights, temperature, top_p, keys, max_new_tokens and stop ids are
-arguments.
+Programs compile once per shape: the round per slot count (R, or R/2, R/4, R/8 in a run's
+tail), reply table width (powers of two of pages), pool pages, prompt bucket, `round_steps`, G,
+greedy / top-k / top-p on-off and the stop set's padded shape; the prefill per prompt batch
+(powers of two) and prompt bucket. Weights, temperature, top_p, keys, max_new_tokens and stop
+ids are arguments.
 """
 
 from __future__ import annotations
@@ -138,19 +138,20 @@ class Engine:
         Prompt slots: R where G = 1 (a prompt leaves with its one row), else twice the R / G
         prompts that fill the slots, so that the stragglers of some prompts leave room for the
         next ones. A pool of `kv_tokens` 0 holds the worst case: every prompt slot at the
-        longest prompt and every slot at the full budget.
+        prompt bucket and every slot at the full budget.
         """
         s = self.settings
         r = ceil_div(slots, devices)
         g = num_samples
         prompt_slots = r if g == 1 else min(r, 2 * ceil_div(r, g))
-        longest = ceil_div(max(lengths), s.page_size)
-        prompt_pages = pow2_at_least(longest)
+        # The prefill's width: the reference sampler's bucket (so the first tokens are its to
+        # the bit), at least a page.
+        prompt_pages = max(default_bucket(max(lengths)), s.page_size) // s.page_size
         reply_pages = max(1, ceil_div(max_new_tokens - 1, s.page_size))
         if s.kv_tokens:
             pages = s.kv_tokens // s.page_size + 1
         else:
-            pages = prompt_slots * longest + r * reply_pages + 1
+            pages = prompt_slots * prompt_pages + r * reply_pages + 1
         return RunPlan(devices, r, prompt_slots, pages, s.page_size, prompt_pages, reply_pages,
                        g, max_new_tokens, s.round_steps)  # fmt: skip
 
@@ -244,8 +245,7 @@ class Engine:
         """Prefills each device's new resident prompts; stores their first tokens on them."""
         page = plan.page_size
         batch = pow2_at_least(max(map(len, new)))
-        longest = max(p.length for device in new for p in device)
-        width = max(page, default_bucket(longest))
+        width = plan.prompt_pages * page
         d = plan.devices
         tokens = np.full((d * batch, width), self.pad_id, np.int32)
         lengths = np.zeros(d * batch, np.int32)
@@ -254,7 +254,7 @@ class Engine:
         for i, device in enumerate(new):
             for j, prompt in enumerate(device):
                 row = i * batch + j
-                tokens[row, : prompt.length] = prompts[prompt.index]
+                tokens[row, width - prompt.length :] = prompts[prompt.index]
                 lengths[row] = prompt.length
                 index[row] = prompt.key_id
                 page_ids[i, j, : len(prompt.pages)] = prompt.pages

@@ -118,8 +118,8 @@ def write_prompt_pages(pages_DKPSN, cache_BKTN, page_ids_DBT) -> jax.Array:
 
     Args:
       pages_DKPSN: [D, K, P, page, N] the pool of one layer's keys (or values).
-      cache_BKTN: [D·B, K, T, N] the prefill's cache, token j of each prompt at column j (right
-        padding), T a multiple of the page size; device-major rows.
+      cache_BKTN: [D·B, K, T, N] the prefill's cache, token j of each prompt at column j, T a
+        multiple of the page size; device-major rows.
       page_ids_DBT: [D, B, T / page] the page that takes each page-sized block of columns
         (the null page for blocks past a prompt's tokens).
     """
@@ -132,63 +132,60 @@ def write_prompt_pages(pages_DKPSN, cache_BKTN, page_ids_DBT) -> jax.Array:
     return jax.vmap(lambda pages, ids, v: pages.at[:, ids].set(v))(pages_DKPSN, ids_DX, x)
 
 
-class Partial(NamedTuple):
-    """A softmax over part of the keys: unnormalised output o [K, X, Q, N] float32, running
-    max m and sum l [K, X, Q] float32 (sum of exp(score - m)), for X key sets of Q queries."""
-
-    o: jax.Array
-    m: jax.Array
-    l: jax.Array  # noqa: E741
-
-
-def partial_attention(q_KXQN, k_KPSN, v_KPSN, table_XT, length_X) -> Partial:
-    """Softmax attention of the Q queries of each of X key sets over the first `length_X` slots
-    of the pages `table_XT` names (an XLA gather: every table entry is read)."""
-    kv, _, page, n = k_KPSN.shape
+def gather_pages(pages_KPSN, table_XT) -> jax.Array:
+    """[K, X, T·page, N]: the pages each of X tables names, in order (an XLA gather: every
+    entry is read, null pages included)."""
+    kv, _, page, n = pages_KPSN.shape
     x, t = table_XT.shape
-    k_KXSN = jnp.take(k_KPSN, table_XT, axis=1, mode="clip").reshape(kv, x, t * page, n)
-    v_KXSN = jnp.take(v_KPSN, table_XT, axis=1, mode="clip").reshape(kv, x, t * page, n)
+    return jnp.take(pages_KPSN, table_XT, axis=1, mode="clip").reshape(kv, x, t * page, n)
+
+
+def masked_scores(q_KXQN, k_KXSN, length_X) -> jax.Array:
+    """Scaled scores [K, X, Q, S] float32 of X sets of Q queries over their keys, NEG_INF at
+    slots past each set's length."""
+    n = q_KXQN.shape[-1]
     scores = jnp.einsum("kxqn,kxsn->kxqs", q_KXQN, k_KXSN, preferred_element_type=jnp.float32)
-    scores = scores * (n**-0.5)
-    valid_XS = jnp.arange(t * page)[None, :] < length_X[:, None]
-    scores = jnp.where(valid_XS[None, :, None, :], scores, NEG_INF)
-    m = jnp.max(scores, axis=-1)
-    p = jnp.exp(scores - m[..., None])
-    o = jnp.einsum(
-        "kxqs,kxsn->kxqn", p.astype(v_KXSN.dtype), v_KXSN, preferred_element_type=jnp.float32
-    )
-    return Partial(o, m, jnp.sum(p, axis=-1))
-
-
-def merge_partials(a: Partial, b: Partial) -> jax.Array:
-    """The normalised output [K, X, Q, N] of the softmax over both parts' keys."""
-    m = jnp.maximum(a.m, b.m)
-    wa, wb = jnp.exp(a.m - m), jnp.exp(b.m - m)
-    total = a.l * wa + b.l * wb
-    return (a.o * wa[..., None] + b.o * wb[..., None]) / total[..., None]
+    valid_XS = jnp.arange(k_KXSN.shape[2])[None, :] < length_X[:, None]
+    return jnp.where(valid_XS[None, :, None, :], scores * (n**-0.5), NEG_INF)
 
 
 def paged_attention_xla(q_RHN, k_KPSN, v_KPSN, rows: RowPages, lanes: int) -> jax.Array:
-    """One device's decode attention [R, H, N] (float32): the prompt part once per prompt
-    slot over the queries of its `lanes` (G) lanes, the reply part per row; merged by
-    log-sum-exp.
+    """One device's decode attention [R, H, N] (float32): one softmax over each row's prompt
+    keys and reply keys, the prompt's scores and weighted values computed once per prompt slot
+    for the queries of its `lanes` (G) lanes, the reply's per row.
 
-    `rows` holds one device's slice (no D axis). A prompt's pages are gathered once for all
-    of its rows, so a step reads each resident prompt once, not once per sample.
+    `rows` holds one device's slice (no D axis). A prompt's pages are gathered once for all of
+    its rows, so a step reads each resident prompt once, not once per sample. The softmax is
+    taken over the row's scores of both parts at once, as a dense cache's would be (a kernel
+    that never holds all of a row's scores merges per-part softmaxes by their log-sum-exp
+    instead: the same function, other rounding).
     """
     r, h, n = q_RHN.shape
     kv = k_KPSN.shape[0]
     hg = h // kv
     slots = rows.prompt_table.shape[0]
+    cells = slots * lanes
     q_KRGN = q_RHN.reshape(r, kv, hg, n).transpose(1, 0, 2, 3)
-    grid = jnp.zeros((kv, slots * lanes, hg, n), q_RHN.dtype).at[:, rows.cell].set(q_KRGN)
-    grid = grid.reshape(kv, slots, lanes * hg, n)
-    prompt = partial_attention(grid, k_KPSN, v_KPSN, rows.prompt_table, rows.prompt_len)
-
-    def to_rows(x):  # [K, PS + 1, lanes·Hg, ...] -> [K, R, Hg, ...]
-        x = x.reshape(kv, slots * lanes, hg, *x.shape[3:])
-        return jnp.take(x, rows.cell, axis=1, mode="clip")
-
-    prompt = Partial(to_rows(prompt.o), to_rows(prompt.m), to_rows(prompt.l))
-    reply = partial_attention(q_KRGN, k_KPSN, v_KPSN, rows.reply_table, rows.reply_len)
-    return merge_partials(prompt, reply).transpose(1, 0, 2, 3).reshape(r, h, n)
+    # The prompt part on the [slots, lanes] grid: row (slot, sample) in lane slot·G + sample.
+    q_grid = jnp.zeros((kv, cells, hg, n), q_RHN.dtype).at[:, rows.cell].set(q_KRGN)
+    q_grid = q_grid.reshape(kv, slots, lanes * hg, n)
+    k_prompt = gather_pages(k_KPSN, rows.prompt_table)
+    s_prompt = masked_scores(q_grid, k_prompt, rows.prompt_len)
+    s_prompt = jnp.take(s_prompt.reshape(kv, cells, hg, -1), rows.cell, axis=1, mode="clip")
+    k_reply = gather_pages(k_KPSN, rows.reply_table)
+    s_reply = masked_scores(q_KRGN, k_reply, rows.reply_len)
+    split = s_prompt.shape[-1]
+    probs = jax.nn.softmax(jnp.concatenate([s_prompt, s_reply], axis=-1), axis=-1)
+    dtype = v_KPSN.dtype
+    p_prompt = probs[..., :split].astype(dtype)
+    p_grid = jnp.zeros((kv, cells, hg, split), dtype).at[:, rows.cell].set(p_prompt)
+    p_grid = p_grid.reshape(kv, slots, lanes * hg, split)
+    v_prompt = gather_pages(v_KPSN, rows.prompt_table)
+    o_grid = jnp.einsum("kxqs,kxsn->kxqn", p_grid, v_prompt, preferred_element_type=jnp.float32)
+    o_prompt = jnp.take(o_grid.reshape(kv, cells, hg, n), rows.cell, axis=1, mode="clip")
+    v_reply = gather_pages(v_KPSN, rows.reply_table)
+    o_reply = jnp.einsum(
+        "krgs,krsn->krgn", probs[..., split:].astype(dtype), v_reply,
+        preferred_element_type=jnp.float32,
+    )  # fmt: skip
+    return (o_prompt + o_reply).transpose(1, 0, 2, 3).reshape(r, h, n)

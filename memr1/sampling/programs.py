@@ -81,8 +81,11 @@ class Programs:
         temperature, top_p, stops: stopping.StopSet, *, num_samples: int, greedy: bool,
         top_k: int | None, use_top_p: bool, row_split,
     ):  # fmt: skip
-        """Prefills B = D·Bp right-padded prompts, writes their KV into their pages and draws
-        the first token of each of their G samples.
+        """Prefills B = D·Bp left-padded prompts, writes their KV into their pages (token 0
+        first) and draws the first token of each of their G samples.
+
+        The forward pass is the reference sampler's (`Sampler._prefill`: left padding, the
+        last column's logits), so a first token's log-prob is the reference's to the bit.
 
         Returns (pool, tokens [B, G], log-probs [B, G], stopped [B, G]: the first token ends
         the row by itself).
@@ -91,7 +94,7 @@ class Programs:
         graphdef = transformer.without_remat(self.graphdef, params)
         tokens_BT, lengths_B = split(tokens_BT), split(lengths_B)
         b, t = tokens_BT.shape
-        valid_BT = jnp.arange(t)[None, :] < lengths_B[:, None]
+        valid_BT = jnp.arange(t)[None, :] >= (t - lengths_B)[:, None]
         cache = transformer.init_cache(self.cfg, b, t, pool[0]["k"].dtype)
         cache = jax.tree.map(split, cache)
         h_BTD, cache = transformer.forward(
@@ -103,13 +106,19 @@ class Programs:
             cache,
             0,
         )
-        last_B = jnp.maximum(lengths_B - 1, 0)
-        h_B1D = jnp.take_along_axis(h_BTD, last_B[:, None, None], axis=1)
-        logits_BV = transformer.logits_fn(graphdef, params, h_B1D)[:, 0]
+        logits_BV = transformer.logits_fn(graphdef, params, h_BTD[:, -1:])[:, 0]
+        # Column t - length + j holds token j: roll each row so that token 0 leads its pages.
+        from_B1T1 = ((jnp.arange(t)[None, :] + t - lengths_B[:, None]) % t)[:, None, :, None]
         page_ids_DBT = split(page_ids_DBT)
         pool = [
             {
-                name: split(write_prompt_pages(layer[name], new[name], page_ids_DBT))
+                name: split(
+                    write_prompt_pages(
+                        layer[name],
+                        jnp.take_along_axis(new[name], from_B1T1, axis=2),
+                        page_ids_DBT,
+                    )
+                )
                 for name in ("k", "v")
             }
             for layer, new in zip(pool, cache, strict=True)

@@ -242,6 +242,8 @@ class DeviceSchedule:
 
 # A round ends early once this share of the slots has ended while rows wait for a slot.
 REFILL_SHARE = 1 / 8
+# The narrowest reply table a round reads (budgets up to this many pages get one width).
+MIN_REPLY_PAGES = 8
 
 # prefill(new prompts per device): stores each new prompt's first tokens, log-probs and stops.
 Prefill = Callable[[list[list[Prompt]]], None]
@@ -345,9 +347,10 @@ class Scheduler:
         return min(s for s in options if s >= longest)
 
     def round_reply_pages(self) -> int:
-        """Reply table width this round: the power of two that holds every row's pages."""
+        """Reply table width this round: the power of two (at least MIN_REPLY_PAGES) that holds
+        every row's pages, or the budget's width if that is smaller."""
         held = max((len(r.pages) for dev in self.devices for r in dev.running), default=1)
-        return min(pow2_at_least(max(held, 1)), pow2_at_least(self.plan.reply_pages))
+        return min(max(pow2_at_least(held), MIN_REPLY_PAGES), self.plan.reply_pages)
 
     def round_inputs(self, window: int, slots: int, reply_pages: int) -> dict[str, np.ndarray]:
         """The running rows laid out in `slots` slots a device, device-major [D·slots, ...]
