@@ -167,10 +167,11 @@ def answer_over_banks(
                       distill=cfg.distill, style=cfg.style)
         for question, per in first
     ]  # fmt: skip
-    # One engine run answers every distinct prompt (answerer.batch_size of them at a time).
-    done = None if progress is None else (lambda prompts: progress(int(users[prompts].sum())))
+    # One engine run answers every distinct prompt (answerer.batch_size of them at a time),
+    # reporting each question as its prompt's reply ends.
+    kw = {} if progress is None else {"progress": lambda done: progress(int(users[done].sum()))}
     with stats.time("answer", items=len(chats)):
-        outputs = answerer.complete(chats, cfg.sampling, key=key, progress=done)
+        outputs = answerer.complete(chats, cfg.sampling, key=key, **kw)
     samples = [sample for (sample,) in outputs]
     stats.add_tokens("answer", sum(len(sample.ids) for sample in samples))
     replies = []

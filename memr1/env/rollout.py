@@ -91,11 +91,16 @@ def answer_rollout(
         "response_length": float(np.mean(lengths)),
         "truncated_frac": float(np.mean([not c.finished for g in groups for c in g])),
         "prompt_truncated_frac": prompt_truncated_frac(groups),
-        "slot_occupancy": run.slot_occupancy,
+        "slot_occupancy": occupancy(run),
         "time_sample_s": sampled - start,
         "time_reward_s": time.perf_counter() - sampled,
     }
     return groups, rewards, stats
+
+
+def occupancy(run) -> float:
+    """The share of an engine run's slot-steps that decoded a live row (1 without a run)."""
+    return 1.0 if run is None else float(run.slot_occupancy)
 
 
 def prompt_truncated_frac(groups: Sequence[Sequence[Completion]]) -> float:
@@ -145,9 +150,9 @@ def manager_rollout(
         **{f"op_{k.lower()}_frac": v / total for k, v in sorted(kinds.items())},
         # Which operations the step's advantages are about (samples above / below their mean).
         **signal_by_op(scored.parsed, scored.rewards),
-        "slot_occupancy": run.slot_occupancy,
-        # The frozen answerer's run (1 when the step's states link no question).
-        "answerer_slot_occupancy": 1.0 if answered is None else answered.slot_occupancy,
+        "slot_occupancy": occupancy(run),
+        # The frozen answerer's run (none when the step's states link no question).
+        "answerer_slot_occupancy": occupancy(answered),
         "time_sample_s": sampled - start,
         "time_reward_s": time.perf_counter() - sampled,
     }

@@ -207,6 +207,8 @@ class Engine:
         pool = new_pool(self.cfg, devices, plan.pages_per_device, plan.page_size,
                         self.cache_dtype, row_split)  # fmt: skip
         stops = stopping.make_stop_set(eos_ids, stop_sequences)
+        if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+            key = jax.random.wrap_key_data(key)  # a raw uint32 key (jax.random.PRNGKey)
         greedy = temperature == 0.0
         args = (key, np.float32(1.0 if greedy else temperature),
                 np.float32(1.0 if top_p is None else top_p), stops)  # fmt: skip
