@@ -242,6 +242,41 @@ class Engine:
         )
         return self._output(scheduler, prompts, plan, stats)
 
+    def lower_round(
+        self, params: Any, plan: RunPlan, *, slots: int | None = None,
+        reply_pages: int | None = None, temperature: float = 1.0, eos_ids: Sequence[int] = (1,),
+    ) -> jax.stages.Lowered:  # fmt: skip
+        """The round program of `plan` (at `slots` slots a device and `reply_pages` reply pages,
+        default the plan's), lowered from abstract or real `params` (for HLO and cost checks)."""
+        r = slots or plan.slots_per_device
+        d, n = plan.devices, plan.devices * r
+        stops = stopping.make_stop_set(eos_ids)
+        rows = {
+            "token": np.zeros(n, np.int32),
+            "length": np.ones(n, np.int32),
+            "tail": np.zeros((n, stops.window), np.int32),
+            "active": np.ones(n, bool),
+            "prompt_len": np.ones(n, np.int32),
+            "prompt_id": np.zeros(n, np.int32),
+            "sample": np.zeros(n, np.int32),
+            "cell": np.zeros((d, r), np.int32),
+            "reply_table": np.zeros((d, r, reply_pages or plan.reply_pages), np.int32),
+            "prompt_table": np.zeros((d, plan.prompt_slots + 1, plan.prompt_pages), np.int32),
+            "prompt_slot_len": np.zeros((d, plan.prompt_slots + 1), np.int32),
+        }
+        _, row_split = row_devices(params)
+        shape = (d, self.cfg.n_kv_heads, plan.pages_per_device, plan.page_size, self.cfg.head_dim)
+        sharding = row_split if row_split is not None else None
+        leaf = jax.ShapeDtypeStruct(shape, self.cache_dtype, sharding=sharding)
+        pool = [{"k": leaf, "v": leaf} for _ in range(self.cfg.n_layers)]
+        greedy = temperature == 0.0
+        return self.programs.round.lower(
+            params, pool, rows, jax.random.key(0), np.float32(1.0), np.float32(1.0), stops,
+            np.int32(plan.max_new), np.int32(n + 1), steps=plan.round_steps,
+            num_samples=plan.num_samples, greedy=greedy, top_k=None, use_top_p=False,
+            row_split=row_split,
+        )  # fmt: skip
+
     def _prefill(self, params, pool, new: list[list[Prompt]], prompts, plan: RunPlan, args,
                  static):  # fmt: skip
         """Prefills each device's new resident prompts; stores their first tokens on them."""
