@@ -137,13 +137,14 @@ class Engine:
 
         Prompt slots: R where G = 1 (a prompt leaves with its one row), else twice the R / G
         prompts that fill the slots, so that the stragglers of some prompts leave room for the
-        next ones. A pool of `kv_tokens` 0 holds the worst case: every prompt slot at the
-        prompt bucket and every slot at the full budget.
+        next ones; never more than a device's prompts. A pool of `kv_tokens` 0 holds the
+        worst case: every prompt slot at the prompt bucket and every slot at the full budget.
         """
         s = self.settings
         r = ceil_div(slots, devices)
         g = num_samples
         prompt_slots = r if g == 1 else min(r, 2 * ceil_div(r, g))
+        prompt_slots = min(prompt_slots, ceil_div(len(lengths), devices))
         # The prefill's width: the reference sampler's bucket (so the first tokens are its to
         # the bit), at least a page.
         prompt_pages = max(default_bucket(max(lengths)), s.page_size) // s.page_size
@@ -243,12 +244,14 @@ class Engine:
         return self._output(scheduler, prompts, plan, stats)
 
     def lower_round(
-        self, params: Any, plan: RunPlan, *, slots: int | None = None,
-        reply_pages: int | None = None, temperature: float = 1.0, eos_ids: Sequence[int] = (1,),
+        self, params: Any, plan: RunPlan, *, level: int = 0, reply_pages: int | None = None,
+        temperature: float = 1.0, eos_ids: Sequence[int] = (1,),
     ) -> jax.stages.Lowered:  # fmt: skip
-        """The round program of `plan` (at `slots` slots a device and `reply_pages` reply pages,
-        default the plan's), lowered from abstract or real `params` (for HLO and cost checks)."""
-        r = slots or plan.slots_per_device
+        """The round program of `plan` (at its slot counts over 2^level and `reply_pages` reply
+        pages, default the budget's), lowered from abstract or real `params` (for HLO and cost
+        checks)."""
+        r = ceil_div(plan.slots_per_device, 2**level)
+        ps = min(plan.prompt_slots, r)
         d, n = plan.devices, plan.devices * r
         stops = stopping.make_stop_set(eos_ids)
         rows = {
@@ -261,14 +264,14 @@ class Engine:
             "sample": np.zeros(n, np.int32),
             "cell": np.zeros((d, r), np.int32),
             "reply_table": np.zeros((d, r, reply_pages or plan.reply_pages), np.int32),
-            "prompt_table": np.zeros((d, plan.prompt_slots + 1, plan.prompt_pages), np.int32),
-            "prompt_slot_len": np.zeros((d, plan.prompt_slots + 1), np.int32),
+            "prompt_table": np.zeros((d, ps, plan.prompt_pages), np.int32),
+            "prompt_slot_len": np.zeros((d, ps), np.int32),
         }
         _, row_split = row_devices(params)
-        shape = (d, self.cfg.n_kv_heads, plan.pages_per_device, plan.page_size, self.cfg.head_dim)
-        sharding = row_split if row_split is not None else None
-        leaf = jax.ShapeDtypeStruct(shape, self.cache_dtype, sharding=sharding)
-        pool = [{"k": leaf, "v": leaf} for _ in range(self.cfg.n_layers)]
+        c = self.cfg
+        shape = (d, 2 * c.n_kv_heads, plan.pages_per_device, plan.page_size, c.head_dim)
+        leaf = jax.ShapeDtypeStruct(shape, self.cache_dtype, sharding=row_split)
+        pool = [leaf] * c.n_layers
         greedy = temperature == 0.0
         return self.programs.round.lower(
             params, pool, rows, jax.random.key(0), np.float32(1.0), np.float32(1.0), stops,

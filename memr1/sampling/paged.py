@@ -2,30 +2,27 @@
 over a prompt's pages (read once for all of its samples) and each row's reply pages.
 
 Memory layout, per layer (D = data × fsdp devices that decode rows, one slice each):
-  k_pages, v_pages  [D, K, P, page, N]: P pages of `page` token slots per device, kv-head-major,
-                    so gathered pages are a plain batch of [S, N] matrices per kv head (the
-                    layout of `jax.experimental.pallas.ops.gpu.paged_attention`). Page 0 is the
-                    null page: never handed out, written by rows that write nothing, read only
-                    under a false mask.
-Both parts are filled from their token 0, token j at page j // page, slot j % page:
-  prompt_table [D, PS + 1, Tp]  the pages of the prompt in each of PS prompt slots (the last
-                                slot is a dummy that holds none). A prompt is stored once,
-                                whatever G is, and stays until its last sample ends.
-  reply_table  [D, R, Tr]       each decode slot's reply pages, as many as its live length
-                                needs (the scheduler, `memr1.sampling.scheduler`, hands them
-                                out a round ahead).
+  pages  [D, 2K, P, page, N]: P pages of `page` token slots per device; heads [0, K) hold keys
+         and [K, 2K) values, head-major, so one gather fetches both and gathered pages are a
+         plain batch of [S, N] matrices per kv head (`jax.experimental.pallas.ops.gpu.
+         paged_attention`'s layout, keys and values side by side). Page 0 is the null page:
+         never handed out, written by rows that write nothing, read only under a false mask.
+Both parts of a row's KV are filled from their token 0, token j at page j // page, slot j % page:
+  prompt_table [D, PS, Tp]  the pages of the prompt in each of PS prompt slots. A prompt is
+                            stored once, whatever G is, and stays until its last sample ends.
+  reply_table  [D, R, Tr]   each decode slot's reply pages, as many as its live length needs
+                            (the scheduler, `memr1.sampling.scheduler`, hands them out a round
+                            ahead).
 Entries past a part's length name the null page.
 
 A decode step writes each row's new key and value at reply slot `reply_len - 1`, then attends
 in two parts, cascade style: the prompt part once per prompt slot, whose keys meet the queries
-of all its rows at once (a [PS + 1, G] grid of lanes, row (slot, sample) in lane
-slot·G + sample), and the reply part per row. Each part is a partial softmax (its max m, its sum
-l and its unnormalised output o); they merge by their log-sum-exp, as a flash-decoding kernel
-merges its splits. A step thus reads a resident prompt once, not once per sample. Each part
-masks slots past its length, so a row reads the same values whatever its pages' neighbours
-hold. This is the XLA path (any backend): it gathers every entry of both tables, null pages
-included, so its reads follow the tables' widths (the engine sizes the reply table per round to
-the longest live reply).
+of all its rows at once (a [PS, G] grid of lanes, row (slot, sample) in lane slot·G + sample),
+and the reply part per row; one softmax spans both. A step thus reads a resident prompt once,
+not once per sample. Each part masks slots past its length, so a row reads the same values
+whatever its pages' neighbours hold. This is the XLA path (any backend): it gathers every entry
+of both tables, null pages included, so its reads follow the tables' widths (the engine sizes
+the reply table per round to the longest live reply).
 """
 
 from __future__ import annotations
@@ -45,14 +42,14 @@ NULL_PAGE = 0
 class RowPages(NamedTuple):
     """Where the KV of each decode slot lives (shared by every layer of one decode step).
 
-    Prompts sit in prompt slots (PS per device, the last one a dummy that holds no prompt); a
-    row names its prompt's slot and its lane there (its sample index), so the queries of the
-    rows of one prompt meet that prompt's keys in one [PS + 1, G] grid of lanes.
+    Prompts sit in prompt slots (PS per device); a row names its prompt's slot and its lane
+    there (its sample index), so the queries of the rows of one prompt meet that prompt's keys
+    in one [PS, G] grid of lanes.
 
-    prompt_table: [D, PS + 1, Tp] int32 page ids of each prompt slot's prompt.
-    prompt_len: [D, PS + 1] int32 its tokens (0 for an empty slot).
-    cell: [D, R] int32 the row's lane in the grid, prompt slot × G + sample (rows that hold
-      nothing point into the dummy slot).
+    prompt_table: [D, PS, Tp] int32 page ids of each prompt slot's prompt.
+    prompt_len: [D, PS] int32 its tokens (0 for an empty slot).
+    cell: [D, R] int32 the row's lane in the grid, prompt slot × G + sample (PS × G, past the
+      grid, for a slot that holds no row: it reads zeros and writes nothing there).
     reply_table: [D, R, Tr] int32 page ids of the row's reply.
     reply_len: [D, R] int32 reply tokens whose KV is cached once this step has written its own.
     write: [D, R] bool: the slot holds a live row (others write to the null page).
@@ -67,17 +64,14 @@ class RowPages(NamedTuple):
 
 
 @functools.partial(
-    jax.tree_util.register_dataclass,
-    data_fields=["k_pages", "v_pages", "rows"],
-    meta_fields=["lanes"],
+    jax.tree_util.register_dataclass, data_fields=["pages", "rows"], meta_fields=["lanes"]
 )
 @dataclasses.dataclass(frozen=True)
 class PagedLayer:
     """One layer's pages and the rows' view of them: a cache that `transformer.forward` hands
     to its attention in place of a dense [B, K, S, N] buffer (see `attend`)."""
 
-    k_pages: jax.Array  # [D, K, P, page, N]
-    v_pages: jax.Array  # [D, K, P, page, N]
+    pages: jax.Array  # [D, 2K, P, page, N]: keys in heads [0, K), values in [K, 2K)
     rows: RowPages
     lanes: int  # G: lanes of a prompt slot (static)
 
@@ -90,54 +84,54 @@ class PagedLayer:
         if t != 1 or b != d * r:
             raise ValueError(f"a paged decode step takes [{d * r}, 1] queries, got [{b}, {t}]")
         kv = k_BTKN.shape[2]
-        dtype = self.k_pages.dtype
-        k_DRKN = k_BTKN.reshape(d, r, kv, n).astype(dtype)
-        v_DRKN = v_BTKN.reshape(d, r, kv, n).astype(dtype)
-        page_size = self.k_pages.shape[3]
+        new_DRXN = jnp.concatenate([k_BTKN, v_BTKN], axis=2).reshape(d, r, 2 * kv, n)
+        page_size = self.pages.shape[3]
         pos_DR = jnp.maximum(self.rows.reply_len - 1, 0)
         page_DR = jnp.take_along_axis(
             self.rows.reply_table, (pos_DR // page_size)[..., None], -1, mode="clip"
         )
         page_DR = jnp.where(self.rows.write, page_DR[..., 0], NULL_PAGE)
-        write = jax.vmap(write_token)
-        k_pages = write(self.k_pages, page_DR, pos_DR % page_size, k_DRKN)
-        v_pages = write(self.v_pages, page_DR, pos_DR % page_size, v_DRKN)
+        pages = jax.vmap(write_token)(
+            self.pages, page_DR, pos_DR % page_size, new_DRXN.astype(self.pages.dtype)
+        )
         attention = functools.partial(paged_attention_xla, lanes=self.lanes)
-        out_DRHN = jax.vmap(attention)(q_BTHN.reshape(d, r, h, n), k_pages, v_pages, self.rows)
-        new = dataclasses.replace(self, k_pages=k_pages, v_pages=v_pages)
+        out_DRHN = jax.vmap(attention)(q_BTHN.reshape(d, r, h, n), pages, self.rows)
+        new = dataclasses.replace(self, pages=pages)
         return out_DRHN.reshape(b, 1, h, n).astype(v_BTKN.dtype), new
 
 
-def write_token(pages_KPSN, page_R, slot_R, x_RKN) -> jax.Array:
-    """One device's pages with row r's [K, N] vector written at (page_R[r], slot_R[r])."""
-    return pages_KPSN.at[:, page_R, slot_R, :].set(x_RKN.transpose(1, 0, 2))
+def write_token(pages_XPSN, page_R, slot_R, x_RXN) -> jax.Array:
+    """One device's pages with row r's [2K, N] keys and values written at (page_R[r],
+    slot_R[r])."""
+    return pages_XPSN.at[:, page_R, slot_R, :].set(x_RXN.transpose(1, 0, 2))
 
 
-def write_prompt_pages(pages_DKPSN, cache_BKTN, page_ids_DBT) -> jax.Array:
+def write_prompt_pages(pages_DXPSN, cache: dict, page_ids_DBT) -> jax.Array:
     """Pages with a prefill's dense cache scattered into them.
 
     Args:
-      pages_DKPSN: [D, K, P, page, N] the pool of one layer's keys (or values).
-      cache_BKTN: [D·B, K, T, N] the prefill's cache, token j of each prompt at column j, T a
-        multiple of the page size; device-major rows.
+      pages_DXPSN: [D, 2K, P, page, N] one layer's pool.
+      cache: {"k", "v"}: [D·B, K, T, N] the prefill's cache of that layer, token j of each
+        prompt at column j, T a multiple of the page size; device-major rows.
       page_ids_DBT: [D, B, T / page] the page that takes each page-sized block of columns
         (the null page for blocks past a prompt's tokens).
     """
     d, b, blocks = page_ids_DBT.shape
-    _, kv, t, n = cache_BKTN.shape
+    x_BXTN = jnp.concatenate([cache["k"], cache["v"]], axis=1)
+    _, heads, t, n = x_BXTN.shape
     page = t // blocks
-    x = cache_BKTN.reshape(d, b, kv, blocks, page, n).transpose(0, 2, 1, 3, 4, 5)
-    x = x.reshape(d, kv, b * blocks, page, n).astype(pages_DKPSN.dtype)
+    x = x_BXTN.reshape(d, b, heads, blocks, page, n).transpose(0, 2, 1, 3, 4, 5)
+    x = x.reshape(d, heads, b * blocks, page, n).astype(pages_DXPSN.dtype)
     ids_DX = page_ids_DBT.reshape(d, b * blocks)
-    return jax.vmap(lambda pages, ids, v: pages.at[:, ids].set(v))(pages_DKPSN, ids_DX, x)
+    return jax.vmap(lambda pages, ids, v: pages.at[:, ids].set(v))(pages_DXPSN, ids_DX, x)
 
 
-def gather_pages(pages_KPSN, table_XT) -> jax.Array:
-    """[K, X, T·page, N]: the pages each of X tables names, in order (an XLA gather: every
+def gather_pages(pages_XPSN, table_YT) -> jax.Array:
+    """[2K, Y, T·page, N]: the pages each of Y tables names, in order (an XLA gather: every
     entry is read, null pages included)."""
-    kv, _, page, n = pages_KPSN.shape
-    x, t = table_XT.shape
-    return jnp.take(pages_KPSN, table_XT, axis=1, mode="clip").reshape(kv, x, t * page, n)
+    heads, _, page, n = pages_XPSN.shape
+    y, t = table_YT.shape
+    return jnp.take(pages_XPSN, table_YT, axis=1, mode="clip").reshape(heads, y, t * page, n)
 
 
 def masked_scores(q_KXQN, k_KXSN, length_X) -> jax.Array:
@@ -149,7 +143,7 @@ def masked_scores(q_KXQN, k_KXSN, length_X) -> jax.Array:
     return jnp.where(valid_XS[None, :, None, :], scores * (n**-0.5), NEG_INF)
 
 
-def paged_attention_xla(q_RHN, k_KPSN, v_KPSN, rows: RowPages, lanes: int) -> jax.Array:
+def paged_attention_xla(q_RHN, pages_XPSN, rows: RowPages, lanes: int) -> jax.Array:
     """One device's decode attention [R, H, N] (float32): one softmax over each row's prompt
     keys and reply keys, the prompt's scores and weighted values computed once per prompt slot
     for the queries of its `lanes` (G) lanes, the reply's per row.
@@ -161,31 +155,31 @@ def paged_attention_xla(q_RHN, k_KPSN, v_KPSN, rows: RowPages, lanes: int) -> ja
     instead: the same function, other rounding).
     """
     r, h, n = q_RHN.shape
-    kv = k_KPSN.shape[0]
+    kv = pages_XPSN.shape[0] // 2
     hg = h // kv
     slots = rows.prompt_table.shape[0]
     cells = slots * lanes
     q_KRGN = q_RHN.reshape(r, kv, hg, n).transpose(1, 0, 2, 3)
     # The prompt part on the [slots, lanes] grid: row (slot, sample) in lane slot·G + sample.
-    q_grid = jnp.zeros((kv, cells, hg, n), q_RHN.dtype).at[:, rows.cell].set(q_KRGN)
+    q_grid = jnp.zeros((kv, cells, hg, n), q_RHN.dtype).at[:, rows.cell].set(q_KRGN, mode="drop")
     q_grid = q_grid.reshape(kv, slots, lanes * hg, n)
-    k_prompt = gather_pages(k_KPSN, rows.prompt_table)
-    s_prompt = masked_scores(q_grid, k_prompt, rows.prompt_len)
-    s_prompt = jnp.take(s_prompt.reshape(kv, cells, hg, -1), rows.cell, axis=1, mode="clip")
-    k_reply = gather_pages(k_KPSN, rows.reply_table)
-    s_reply = masked_scores(q_KRGN, k_reply, rows.reply_len)
+    prompt = gather_pages(pages_XPSN, rows.prompt_table)
+    s_prompt = masked_scores(q_grid, prompt[:kv], rows.prompt_len)
+    s_prompt = s_prompt.reshape(kv, cells, hg, -1)
+    s_prompt = jnp.take(s_prompt, rows.cell, axis=1, mode="fill", fill_value=NEG_INF)
+    reply = gather_pages(pages_XPSN, rows.reply_table)
+    s_reply = masked_scores(q_KRGN, reply[:kv], rows.reply_len)
     split = s_prompt.shape[-1]
     probs = jax.nn.softmax(jnp.concatenate([s_prompt, s_reply], axis=-1), axis=-1)
-    dtype = v_KPSN.dtype
-    p_prompt = probs[..., :split].astype(dtype)
-    p_grid = jnp.zeros((kv, cells, hg, split), dtype).at[:, rows.cell].set(p_prompt)
+    dtype = pages_XPSN.dtype
+    p_grid = jnp.zeros((kv, cells, hg, split), dtype)
+    p_grid = p_grid.at[:, rows.cell].set(probs[..., :split].astype(dtype), mode="drop")
     p_grid = p_grid.reshape(kv, slots, lanes * hg, split)
-    v_prompt = gather_pages(v_KPSN, rows.prompt_table)
-    o_grid = jnp.einsum("kxqs,kxsn->kxqn", p_grid, v_prompt, preferred_element_type=jnp.float32)
-    o_prompt = jnp.take(o_grid.reshape(kv, cells, hg, n), rows.cell, axis=1, mode="clip")
-    v_reply = gather_pages(v_KPSN, rows.reply_table)
+    o_grid = jnp.einsum("kxqs,kxsn->kxqn", p_grid, prompt[kv:], preferred_element_type=jnp.float32)
+    o_prompt = jnp.take(o_grid.reshape(kv, cells, hg, n), rows.cell, axis=1, mode="fill",
+                        fill_value=0)  # fmt: skip
     o_reply = jnp.einsum(
-        "krgs,krsn->krgn", probs[..., split:].astype(dtype), v_reply,
+        "krgs,krsn->krgn", probs[..., split:].astype(dtype), reply[kv:],
         preferred_element_type=jnp.float32,
     )  # fmt: skip
     return (o_prompt + o_reply).transpose(1, 0, 2, 3).reshape(r, h, n)

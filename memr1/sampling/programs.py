@@ -28,7 +28,7 @@ from memr1.sampling.logits_processing import choose_tokens
 from memr1.sampling.output import splitter
 from memr1.sampling.paged import PagedLayer, RowPages, write_prompt_pages
 
-Pool = list[dict[str, jax.Array]]  # per layer {"k": [D, K, P, page, N], "v": ...}
+Pool = list[jax.Array]  # per layer [D, 2K, P, page, N]: keys, then values
 
 
 def row_keys(key: jax.Array, prompt_R: jax.Array, sample_R: jax.Array) -> jax.Array:
@@ -39,14 +39,14 @@ def row_keys(key: jax.Array, prompt_R: jax.Array, sample_R: jax.Array) -> jax.Ar
 
 def new_pool(cfg: ModelConfig, devices: int, pages: int, page: int, dtype, sharding) -> Pool:
     """A zeroed pool of `pages` pages a device, per layer, placed by `sharding` (or default)."""
-    shape = (devices, cfg.n_kv_heads, pages, page, cfg.head_dim)
+    shape = (devices, 2 * cfg.n_kv_heads, pages, page, cfg.head_dim)
     return _pool_fn(cfg.n_layers, shape, jnp.dtype(dtype).name, sharding)()
 
 
 @functools.lru_cache(maxsize=16)
 def _pool_fn(layers: int, shape: tuple, dtype: str, sharding):
     def make():
-        return [{"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)} for _ in range(layers)]
+        return [jnp.zeros(shape, dtype) for _ in range(layers)]
 
     return jax.jit(make, out_shardings=sharding)
 
@@ -95,7 +95,7 @@ class Programs:
         tokens_BT, lengths_B = split(tokens_BT), split(lengths_B)
         b, t = tokens_BT.shape
         valid_BT = jnp.arange(t)[None, :] >= (t - lengths_B)[:, None]
-        cache = transformer.init_cache(self.cfg, b, t, pool[0]["k"].dtype)
+        cache = transformer.init_cache(self.cfg, b, t, pool[0].dtype)
         cache = jax.tree.map(split, cache)
         h_BTD, cache = transformer.forward(
             graphdef,
@@ -109,19 +109,11 @@ class Programs:
         logits_BV = transformer.logits_fn(graphdef, params, h_BTD[:, -1:])[:, 0]
         # Column t - length + j holds token j: roll each row so that token 0 leads its pages.
         from_B1T1 = ((jnp.arange(t)[None, :] + t - lengths_B[:, None]) % t)[:, None, :, None]
+        roll = functools.partial(jnp.take_along_axis, indices=from_B1T1, axis=2)
         page_ids_DBT = split(page_ids_DBT)
         pool = [
-            {
-                name: split(
-                    write_prompt_pages(
-                        layer[name],
-                        jnp.take_along_axis(new[name], from_B1T1, axis=2),
-                        page_ids_DBT,
-                    )
-                )
-                for name in ("k", "v")
-            }
-            for layer, new in zip(pool, cache, strict=True)
+            split(write_prompt_pages(pages, jax.tree.map(roll, new), page_ids_DBT))
+            for pages, new in zip(pool, cache, strict=True)
         ]
         g = num_samples
         keys_R = row_keys(key, jnp.repeat(prompt_B, g), jnp.tile(jnp.arange(g), b))
@@ -143,7 +135,7 @@ class Programs:
         length [S] (tokens generated, >= 1), tail [S, W] (its last W tokens, -1 before the
         first), active [S], prompt_len, prompt_id (what its keys fold in), sample [S]; the
         row's lane cell [D, R] and reply_table [D, R, Tr]; each prompt slot's prompt_table
-        [D, PS + 1, Tp] and prompt_slot_len [D, PS + 1]. The round ends after `steps` steps,
+        [D, PS, Tp] and prompt_slot_len [D, PS]. The round ends after `steps` steps,
         when no row is active, or once `refill_at` rows have ended (so that waiting rows take
         their slots).
 
@@ -176,12 +168,12 @@ class Programs:
                 length_S.reshape(d, r),
                 active_S.reshape(d, r),
             )
-            cache = [PagedLayer(layer["k"], layer["v"], view, num_samples) for layer in pool]
+            cache = [PagedLayer(pages, view, num_samples) for pages in pool]
             positions_S1 = (rows["prompt_len"] + length_S - 1)[:, None]
             h_S1D, cache = transformer.forward(
                 graphdef, params, token_S[:, None], positions_S1, None, cache, 0
             )
-            pool = [{"k": split(c.k_pages), "v": split(c.v_pages)} for c in cache]
+            pool = [split(c.pages) for c in cache]
             logits_SV = transformer.logits_fn(graphdef, params, h_S1D)[:, 0]
             step_keys = jax.vmap(jax.random.fold_in)(keys_S, length_S)
             new_S, logp_S = choose(logits_SV, step_keys)

@@ -18,8 +18,8 @@ the scheduler:
 
 The host owns every row's state (its tokens, length, pages) and sends it to the device each
 round, so a row has no fixed slot: a round lays the running rows out in its first slots, and
-once nothing waits the engine runs fewer slots (`round_slots`), so the run's tail does not
-decode finished slots.
+once nothing waits the engine runs fewer slots and prompt slots (`round_level`), so the run's
+tail does not decode finished slots.
 
 A preempted row is decoded again from its first token. Each row draws its tokens with keys of
 its own (prompt, sample, position), so it decodes the same tokens again: preemption, the slot
@@ -294,12 +294,12 @@ class Scheduler:
                 count["prefill_rows"] += sum(map(len, new))
             self.admit(prefilled=any(new))
             if self.running():
-                slots = self.round_slots()
-                total = self.plan.devices * slots
+                level = self.round_level()
+                total = self.plan.devices * self.level_sizes(level)[0]
                 refill = max(1, math.ceil(total * REFILL_SHARE)) if self.waiting() else total + 1
-                rows = self.round_inputs(window, slots, self.round_reply_pages())
+                rows = self.round_inputs(window, level, self.round_reply_pages())
                 toks, logps, lengths, active, stopped, steps, live = decode(rows, refill)
-                self.end_round(slots, toks, logps, lengths, active, stopped)
+                self.end_round(total // self.plan.devices, toks, logps, lengths, active, stopped)
                 count["rounds"] += 1
                 count["decode_steps"] += int(steps)
                 count["slot_steps"] += int(steps) * total
@@ -336,15 +336,20 @@ class Scheduler:
     def waiting(self) -> bool:
         return any(dev.queue or any(p.pending for p in dev.resident) for dev in self.devices)
 
-    def round_slots(self) -> int:
-        """Slots a device runs this round: all R while rows wait; after that the smallest of
-        R, R/2, R/4, R/8 (rounded up) that holds every device's running rows."""
-        r = self.plan.slots_per_device
+    def round_level(self) -> int:
+        """How far this round shrinks: 0 (all R slots) while rows wait; after that the largest
+        l <= 3 at which R / 2^l slots (rounded up) still hold every device's running rows.
+        Prompt slots shrink with them (`level_sizes`): with nothing waiting, every resident
+        prompt has a running row."""
         if self.waiting():
-            return r
-        longest = max(len(dev.running) for dev in self.devices)
-        options = [ceil_div(r, 2**i) for i in range(4)]
-        return min(s for s in options if s >= longest)
+            return 0
+        rows = max(len(dev.running) for dev in self.devices)
+        return max(lv for lv in range(4) if ceil_div(self.plan.slots_per_device, 2**lv) >= rows)
+
+    def level_sizes(self, level: int) -> tuple[int, int]:
+        """(slots, prompt slots) a device runs at `level`."""
+        slots = ceil_div(self.plan.slots_per_device, 2**level)
+        return slots, min(self.plan.prompt_slots, slots)
 
     def round_reply_pages(self) -> int:
         """Reply table width this round: the power of two (at least MIN_REPLY_PAGES) that holds
@@ -352,11 +357,14 @@ class Scheduler:
         held = max((len(r.pages) for dev in self.devices for r in dev.running), default=1)
         return min(max(pow2_at_least(held), MIN_REPLY_PAGES), self.plan.reply_pages)
 
-    def round_inputs(self, window: int, slots: int, reply_pages: int) -> dict[str, np.ndarray]:
-        """The running rows laid out in `slots` slots a device, device-major [D·slots, ...]
-        (tables [D, ...]); with `reply_pages` reply pages a row."""
+    def round_inputs(self, window: int, level: int, reply_pages: int) -> dict[str, np.ndarray]:
+        """The running rows laid out in the `level_sizes` slots a device, device-major
+        [D·slots, ...] (tables [D, ...]), and the resident prompts in the first prompt slots
+        (in order: a prompt's slot on the device may change from round to round); with
+        `reply_pages` reply pages a row."""
         p = self.plan
-        d, ps, g = p.devices, p.prompt_slots, p.num_samples
+        d, g = p.devices, p.num_samples
+        slots, ps = self.level_sizes(level)
         n = d * slots
         out = {
             "token": np.zeros(n, np.int32),
@@ -366,16 +374,18 @@ class Scheduler:
             "prompt_len": np.zeros(n, np.int32),
             "prompt_id": np.zeros(n, np.int32),
             "sample": np.zeros(n, np.int32),
-            # Slots without a row point into the dummy prompt slot (the last).
+            # Slots without a row point past the grid of lanes.
             "cell": np.full((d, slots), ps * g, np.int32),
             "reply_table": np.full((d, slots, reply_pages), NULL_PAGE, np.int32),
-            "prompt_table": np.full((d, ps + 1, p.prompt_pages), NULL_PAGE, np.int32),
-            "prompt_slot_len": np.zeros((d, ps + 1), np.int32),
+            "prompt_table": np.full((d, ps, p.prompt_pages), NULL_PAGE, np.int32),
+            "prompt_slot_len": np.zeros((d, ps), np.int32),
         }
         for i, device in enumerate(self.devices):
-            for prompt in device.resident:
-                out["prompt_table"][i, prompt.slot, : len(prompt.pages)] = prompt.pages
-                out["prompt_slot_len"][i, prompt.slot] = prompt.length
+            place = {}
+            for j, prompt in enumerate(device.resident):
+                place[prompt.index] = j
+                out["prompt_table"][i, j, : len(prompt.pages)] = prompt.pages
+                out["prompt_slot_len"][i, j] = prompt.length
             for slot, row in enumerate(device.running):
                 j = i * slots + slot
                 out["token"][j] = row.tokens[-1]
@@ -386,7 +396,7 @@ class Scheduler:
                 out["prompt_len"][j] = row.prompt.length
                 out["prompt_id"][j] = row.prompt.key_id
                 out["sample"][j] = row.sample
-                out["cell"][i, slot] = row.prompt.slot * g + row.sample
+                out["cell"][i, slot] = place[row.prompt.index] * g + row.sample
                 out["reply_table"][i, slot, : len(row.pages)] = row.pages
         return out
 
