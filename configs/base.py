@@ -158,10 +158,14 @@ def engine_section() -> ml_collections.ConfigDict:
     memory, and when it runs short the newest rows are preempted and decoded again later (the
     same tokens: each row draws with keys of its own). `round_steps`: decode steps between two
     visits of the host, which refills the slots of rows that ended (a round also ends once an
-    eighth of the slots have ended while rows wait). Decode slots are the callers' batch sizes
-    (`agents.batch_size`, `train.rollout_batch_size`, `train.val_batch_size`) × G.
+    eighth of the slots have ended while rows wait). `prefill_prompts`: prompts a device
+    prefills in one program at most (a prefill's activations grow with it). Decode slots are
+    the callers' batch sizes (`agents.batch_size`, `train.rollout_batch_size`,
+    `train.val_batch_size`) × G.
     """
-    return ml_collections.ConfigDict({"page_size": 16, "kv_tokens": 0, "round_steps": 16})
+    return ml_collections.ConfigDict(
+        {"page_size": 16, "kv_tokens": 0, "round_steps": 16, "prefill_prompts": 4}
+    )
 
 
 def judge_section() -> ml_collections.ConfigDict:

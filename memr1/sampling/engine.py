@@ -5,9 +5,10 @@ How a run goes (`Engine.generate`):
 - the host scheduler (`memr1.sampling.scheduler`) hands prompts to data × fsdp devices, makes
   them resident as slots free up, and gives each row the pages it needs (`memr1.sampling.paged`
   for the memory layout);
-- a newly resident prompt is prefilled once (`Programs.prefill`, prompts batched per device to a
-  power of two, left-padded to the run's prompt bucket) and its KV written into its pages,
-  which all G samples read; the prefill also draws each sample's first token;
+- a newly resident prompt is prefilled once (`Programs.prefill`, up to `prefill_prompts` a
+  device a program, batched to a power of two, left-padded to the run's prompt bucket) and its
+  KV written into its pages, which all G samples read; the prefill also draws each sample's
+  first token;
 - rounds of up to `round_steps` decode steps (`Programs.round`, one `lax.while_loop`) run the
   slots; a round ends early when an eighth of the slots have finished while rows wait, and
   between rounds finished rows leave and waiting ones take their slots (continuous batching), so
@@ -48,6 +49,8 @@ class EngineSettings:
     """How the engine lays out its cache and schedules its slots (config section `engine`).
 
     page_size: tokens a page holds (a power of two).
+    prefill_prompts: prompts a device prefills in one program at most (its activations, and
+      without a fused attention kernel its [prompts, heads, P, P] scores, grow with it).
     kv_tokens: KV tokens the pool of each device holds (0: as many as R slots can ever need,
       every row from its own prompt at the full budget: nothing is ever preempted).
     round_steps: decode steps a round runs at most before finished rows leave their slots.
@@ -56,6 +59,7 @@ class EngineSettings:
     page_size: int = 16
     kv_tokens: int = 0
     round_steps: int = 16
+    prefill_prompts: int = 4
 
     def __post_init__(self):
         if self.page_size < 1 or self.page_size & (self.page_size - 1):
@@ -64,11 +68,18 @@ class EngineSettings:
             raise ValueError(f"engine.kv_tokens must be >= 0, got {self.kv_tokens}")
         if self.round_steps < 1:
             raise ValueError(f"engine.round_steps must be >= 1, got {self.round_steps}")
+        if self.prefill_prompts < 1:
+            raise ValueError(f"engine.prefill_prompts must be >= 1, got {self.prefill_prompts}")
 
     @classmethod
     def from_config(cls, config) -> EngineSettings:
         e = config.engine
-        return cls(page_size=e.page_size, kv_tokens=e.kv_tokens, round_steps=e.round_steps)
+        return cls(
+            page_size=e.page_size,
+            kv_tokens=e.kv_tokens,
+            round_steps=e.round_steps,
+            prefill_prompts=e.prefill_prompts,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,7 +233,14 @@ class Engine:
         state = {"pool": pool}
 
         def prefill(new):
-            state["pool"] = self._prefill(params, state["pool"], new, prompts, plan, args, static)
+            n = self.settings.prefill_prompts
+            calls = max(ceil_div(len(device), n) for device in new)
+            for c in range(calls):
+                chunk = [device[c * n : (c + 1) * n] for device in new]
+                state["pool"] = self._prefill(
+                    params, state["pool"], chunk, prompts, plan, args, static
+                )
+            return calls
 
         def decode(rows, refill_at):
             state["pool"], *out = self.programs.round(
@@ -284,7 +302,7 @@ class Engine:
                  static):  # fmt: skip
         """Prefills each device's new resident prompts; stores their first tokens on them."""
         page = plan.page_size
-        batch = pow2_at_least(max(map(len, new)))
+        batch = pow2_at_least(max(1, max(map(len, new))))
         width = plan.prompt_pages * page
         d = plan.devices
         tokens = np.full((d * batch, width), self.pad_id, np.int32)

@@ -245,8 +245,9 @@ REFILL_SHARE = 1 / 8
 # The narrowest reply table a round reads (budgets up to this many pages get one width).
 MIN_REPLY_PAGES = 8
 
-# prefill(new prompts per device): stores each new prompt's first tokens, log-probs and stops.
-Prefill = Callable[[list[list[Prompt]]], None]
+# prefill(new prompts per device): stores each new prompt's first tokens, log-probs and stops;
+# returns the prefill programs it ran.
+Prefill = Callable[[list[list[Prompt]]], int]
 # decode(rows, refill_at) -> (tokens, logps, lengths, active, stopped, steps, live): a round.
 Decode = Callable[[dict[str, np.ndarray], int], tuple]
 
@@ -289,8 +290,7 @@ class Scheduler:
         while not self.done:
             new = self.start_round()
             if any(new):
-                prefill(new)
-                count["prefills"] += 1
+                count["prefills"] += prefill(new)
                 count["prefill_rows"] += sum(map(len, new))
             self.admit(prefilled=any(new))
             if self.running():

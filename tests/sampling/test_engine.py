@@ -187,7 +187,7 @@ def test_programs_are_a_bounded_set_per_shape_bucket(model):
                         eos_ids=[7 + i, 30], **{**kw, "top_p": 0.5 + 0.1 * i})  # fmt: skip
     plan = engine.plan([13], num_samples=G, max_new_tokens=NEW, slots=3, devices=1)
     assert plan.reply_pages <= 8  # one reply width: the budget's
-    prefills = plan.prompt_slots.bit_length() + 1  # batches 1, 2, 4, ... <= prompt slots
+    prefills = engine.settings.prefill_prompts.bit_length()  # batches 1, 2, 4 <= 4
     rounds = 4  # levels 0-3 of the run's tail
     assert 1 < engine.compiled_programs() <= prefills + rounds
     before = engine.compiled_programs()
