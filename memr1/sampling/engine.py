@@ -19,11 +19,11 @@ with per-row keys, and the pages a row reads hold its own tokens only. The same 
 slot counts, page sizes, pool sizes (preempted rows are decoded again from their first token) or
 prompt orders gives the same replies, up to float rounding of batch-size-dependent matmuls.
 
-Programs compile once per shape: the round per slot count (R, or R/2, R/4, R/8 in a run's
-tail), reply table width (powers of two of pages), pool pages, prompt bucket, `round_steps`, G,
-greedy / top-k / top-p on-off and the stop set's padded shape; the prefill per prompt batch
-(powers of two) and prompt bucket. Weights, temperature, top_p, keys, max_new_tokens and stop
-ids are arguments.
+Programs compile once per shape: the round per slot count (R, or a run's tail's smaller
+counts: `Scheduler.tail_sizes`), reply table width (powers of two of pages), pool pages, prompt
+bucket, `round_steps`, G, greedy / top-k / top-p on-off and the stop set's padded shape; the
+prefill per prompt batch (powers of two up to `prefill_prompts`) and prompt bucket. Weights,
+temperature, top_p, keys, max_new_tokens and stop ids are arguments.
 """
 
 from __future__ import annotations
@@ -265,11 +265,10 @@ class Engine:
         self, params: Any, plan: RunPlan, *, level: int = 0, reply_pages: int | None = None,
         temperature: float = 1.0, eos_ids: Sequence[int] = (1,),
     ) -> jax.stages.Lowered:  # fmt: skip
-        """The round program of `plan` (at its slot counts over 2^level and `reply_pages` reply
-        pages, default the budget's), lowered from abstract or real `params` (for HLO and cost
-        checks)."""
-        r = ceil_div(plan.slots_per_device, 2**level)
-        ps = min(plan.prompt_slots, r)
+        """The round program of `plan` (at the slot counts of a tail `level`, 0 for all, and
+        `reply_pages` reply pages, default the budget's), lowered from abstract or real
+        `params` (for HLO and cost checks)."""
+        r, ps = Scheduler([1], plan).level_sizes(level)
         d, n = plan.devices, plan.devices * r
         stops = stopping.make_stop_set(eos_ids)
         rows = {

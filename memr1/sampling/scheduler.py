@@ -336,19 +336,29 @@ class Scheduler:
     def waiting(self) -> bool:
         return any(dev.queue or any(p.pending for p in dev.resident) for dev in self.devices)
 
+    def tail_sizes(self) -> list[int]:
+        """The slot counts a device may run once nothing waits, largest first: R and its
+        eighths (7R/8, ..., R/8, rounded up) from 32 slots, so that the slots of the rows that
+        end in the run's tail are not decoded on; R, R/2, R/4, R/8 below (a small tail has
+        little to save, and each size is a program to compile)."""
+        r = self.plan.slots_per_device
+        parts = [(8 - i, 8) for i in range(8)] if r >= 32 else [(1, 2**i) for i in range(4)]
+        return sorted({ceil_div(r * a, b) for a, b in parts}, reverse=True)
+
     def round_level(self) -> int:
-        """How far this round shrinks: 0 (all R slots) while rows wait; after that the largest
-        l <= 3 at which R / 2^l slots (rounded up) still hold every device's running rows.
-        Prompt slots shrink with them (`level_sizes`): with nothing waiting, every resident
-        prompt has a running row."""
+        """How far this round shrinks: 0 (all R slots) while rows wait; after that the index of
+        the smallest of `tail_sizes` that still holds every device's running rows. Prompt
+        slots shrink with them (`level_sizes`): with nothing waiting, every resident prompt
+        has a running row."""
         if self.waiting():
             return 0
         rows = max(len(dev.running) for dev in self.devices)
-        return max(lv for lv in range(4) if ceil_div(self.plan.slots_per_device, 2**lv) >= rows)
+        sizes = self.tail_sizes()
+        return max(i for i, size in enumerate(sizes) if size >= rows)
 
     def level_sizes(self, level: int) -> tuple[int, int]:
         """(slots, prompt slots) a device runs at `level`."""
-        slots = ceil_div(self.plan.slots_per_device, 2**level)
+        slots = self.tail_sizes()[level]
         return slots, min(self.plan.prompt_slots, slots)
 
     def round_reply_pages(self) -> int:

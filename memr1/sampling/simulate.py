@@ -22,6 +22,8 @@ def simulate(prompt_lengths, reply_lengths, plan: RunPlan) -> tuple[dict, Schedu
     Besides `Scheduler.run`'s counts: `held_token_steps` and `live_token_steps`, the KV tokens
     the devices' pages could hold (pages held × page size) and those that held a token (each
     resident prompt once, each running row's reply), summed over every decode step;
+    `attended_token_steps`, the tokens live rows attend (prompt and reply so far, summed over
+    the live row-steps: rows that end within a round are counted to its end);
     `peak_held_tokens` (one device's most); and `rounds_by_shape`, the decode steps run at each
     (slots, reply table pages) a device.
     """
@@ -40,7 +42,8 @@ def simulate(prompt_lengths, reply_lengths, plan: RunPlan) -> tuple[dict, Schedu
                 prompt.first_stops = (target[prompt.index] == 1) & (plan.max_new > 1)
         return 1
 
-    held = {"held_token_steps": 0, "live_token_steps": 0, "peak_held_tokens": 0}
+    held = {"held_token_steps": 0, "live_token_steps": 0, "attended_token_steps": 0,
+            "peak_held_tokens": 0}  # fmt: skip
     shapes: dict[tuple[int, int], int] = {}
 
     def decode(rows, refill_at):
@@ -51,6 +54,9 @@ def simulate(prompt_lengths, reply_lengths, plan: RunPlan) -> tuple[dict, Schedu
         grown = (length - rows["length"]).sum() / 2
         live_tokens = sum(p.length for dev in scheduler.devices for p in dev.resident)
         live_tokens += int(rows["length"][rows["active"]].sum()) + grown
+        # What each live row attends a step: its prompt and its reply so far.
+        attended = (rows["prompt_len"] + rows["length"])[rows["active"]].sum() * steps
+        held["attended_token_steps"] += int(attended) + int(grown) * steps
         held["held_token_steps"] += sum(used) * steps
         held["live_token_steps"] += live_tokens * steps
         held["peak_held_tokens"] = max(held["peak_held_tokens"], max(used))

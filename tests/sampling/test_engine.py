@@ -188,7 +188,7 @@ def test_programs_are_a_bounded_set_per_shape_bucket(model):
     plan = engine.plan([13], num_samples=G, max_new_tokens=NEW, slots=3, devices=1)
     assert plan.reply_pages <= 8  # one reply width: the budget's
     prefills = engine.settings.prefill_prompts.bit_length()  # batches 1, 2, 4 <= 4
-    rounds = 4  # levels 0-3 of the run's tail
+    rounds = 4  # R = 3 slots: R, R/2, R/4, R/8 in a run's tail
     assert 1 < engine.compiled_programs() <= prefills + rounds
     before = engine.compiled_programs()
     engine.generate(model[1], PROMPTS, key=jax.random.key(0), temperature=0.5, eos_ids=[7], **kw)
