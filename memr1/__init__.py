@@ -30,6 +30,10 @@ Axis legend, used in einsum strings and as array-name suffixes (``logits_BTV``, 
   H query heads  K key/value heads          N head dim
   L layers       G group (samples per state) M memories (bank capacity)
   E embedding dim of the sentence encoder   Q queries
+The rollout engine (memr1/sampling/) adds:
+  C chips: the data × fsdp devices that decode rows of their own
+  R decode slots (the rows of a round)      P pages of the KV pool (`page` token slots each)
+  W stop window (generated tokens a stop test remembers)
 """
 
 __version__ = "0.1.0"

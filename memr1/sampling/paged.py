@@ -1,16 +1,16 @@
 """The rollout engine's KV cache: fixed-size pages in one pool per layer, and decode attention
 over a prompt's pages (read once for all of its samples) and each row's reply pages.
 
-Memory layout, per layer (D = data × fsdp devices that decode rows, one slice each):
-  pages  [D, 2K, P, page, N]: P pages of `page` token slots per device; heads [0, K) hold keys
+Memory layout, per layer (C = data × fsdp devices that decode rows of their own, one slice each):
+  pages  [C, 2K, P, page, N]: P pages of `page` token slots per device; heads [0, K) hold keys
          and [K, 2K) values, head-major, so one gather fetches both and gathered pages are a
          plain batch of [S, N] matrices per kv head (`jax.experimental.pallas.ops.gpu.
          paged_attention`'s layout, keys and values side by side). Page 0 is the null page:
          never handed out, written by rows that write nothing, read only under a false mask.
 Both parts of a row's KV are filled from their token 0, token j at page j // page, slot j % page:
-  prompt_table [D, PS, Tp]  the pages of the prompt in each of PS prompt slots. A prompt is
+  prompt_table [C, PS, Tp]  the pages of the prompt in each of PS prompt slots. A prompt is
                             stored once, whatever G is, and stays until its last sample ends.
-  reply_table  [D, R, Tr]   each decode slot's reply pages, as many as its live length needs
+  reply_table  [C, R, Tr]   each decode slot's reply pages, as many as its live length needs
                             (the scheduler, `memr1.sampling.scheduler`, hands them out a round
                             ahead).
 Entries past a part's length name the null page.
@@ -46,13 +46,13 @@ class RowPages(NamedTuple):
     there (its sample index), so the queries of the rows of one prompt meet that prompt's keys
     in one [PS, G] grid of lanes.
 
-    prompt_table: [D, PS, Tp] int32 page ids of each prompt slot's prompt.
-    prompt_len: [D, PS] int32 its tokens (0 for an empty slot).
-    cell: [D, R] int32 the row's lane in the grid, prompt slot × G + sample (PS × G, past the
+    prompt_table: [C, PS, Tp] int32 page ids of each prompt slot's prompt.
+    prompt_len: [C, PS] int32 its tokens (0 for an empty slot).
+    cell: [C, R] int32 the row's lane in the grid, prompt slot × G + sample (PS × G, past the
       grid, for a slot that holds no row: it reads zeros and writes nothing there).
-    reply_table: [D, R, Tr] int32 page ids of the row's reply.
-    reply_len: [D, R] int32 reply tokens whose KV is cached once this step has written its own.
-    write: [D, R] bool: the slot holds a live row (others write to the null page).
+    reply_table: [C, R, Tr] int32 page ids of the row's reply.
+    reply_len: [C, R] int32 reply tokens whose KV is cached once this step has written its own.
+    write: [C, R] bool: the slot holds a live row (others write to the null page).
     """
 
     prompt_table: jax.Array
@@ -71,12 +71,12 @@ class PagedLayer:
     """One layer's pages and the rows' view of them: a cache that `transformer.forward` hands
     to its attention in place of a dense [B, K, S, N] buffer (see `attend`)."""
 
-    pages: jax.Array  # [D, 2K, P, page, N]: keys in heads [0, K), values in [K, 2K)
+    pages: jax.Array  # [C, 2K, P, page, N]: keys in heads [0, K), values in [K, 2K)
     rows: RowPages
     lanes: int  # G: lanes of a prompt slot (static)
 
     def attend(self, q_BTHN, k_BTKN, v_BTKN) -> tuple[jax.Array, PagedLayer]:
-        """Writes one step's keys and values (T = 1, B = D·R slots, device-major) at each row's
+        """Writes one step's keys and values (T = 1, B = C·R slots, device-major) at each row's
         reply slot, then attends over the row's prompt and reply pages. Returns the attention
         output [B, 1, H, N] and the layer with its pages updated."""
         b, t, h, n = q_BTHN.shape
@@ -84,78 +84,78 @@ class PagedLayer:
         if t != 1 or b != d * r:
             raise ValueError(f"a paged decode step takes [{d * r}, 1] queries, got [{b}, {t}]")
         kv = k_BTKN.shape[2]
-        new_DRXN = jnp.concatenate([k_BTKN, v_BTKN], axis=2).reshape(d, r, 2 * kv, n)
+        new_CRKN = jnp.concatenate([k_BTKN, v_BTKN], axis=2).reshape(d, r, 2 * kv, n)
         page_size = self.pages.shape[3]
-        pos_DR = jnp.maximum(self.rows.reply_len - 1, 0)
-        page_DR = jnp.take_along_axis(
-            self.rows.reply_table, (pos_DR // page_size)[..., None], -1, mode="clip"
+        pos_CR = jnp.maximum(self.rows.reply_len - 1, 0)
+        page_CR = jnp.take_along_axis(
+            self.rows.reply_table, (pos_CR // page_size)[..., None], -1, mode="clip"
         )
-        page_DR = jnp.where(self.rows.write, page_DR[..., 0], NULL_PAGE)
+        page_CR = jnp.where(self.rows.write, page_CR[..., 0], NULL_PAGE)
         pages = jax.vmap(write_token)(
-            self.pages, page_DR, pos_DR % page_size, new_DRXN.astype(self.pages.dtype)
+            self.pages, page_CR, pos_CR % page_size, new_CRKN.astype(self.pages.dtype)
         )
         attention = functools.partial(paged_attention_xla, lanes=self.lanes)
-        out_DRHN = jax.vmap(attention)(q_BTHN.reshape(d, r, h, n), pages, self.rows)
+        out_CRHN = jax.vmap(attention)(q_BTHN.reshape(d, r, h, n), pages, self.rows)
         new = dataclasses.replace(self, pages=pages)
-        return out_DRHN.reshape(b, 1, h, n).astype(v_BTKN.dtype), new
+        return out_CRHN.reshape(b, 1, h, n).astype(v_BTKN.dtype), new
 
 
-def write_token(pages_XPSN, page_R, slot_R, x_RXN) -> jax.Array:
+def write_token(pages_KPSN, page_R, slot_R, x_RKN) -> jax.Array:
     """One device's pages with row r's [2K, N] keys and values written at (page_R[r],
     slot_R[r])."""
-    return pages_XPSN.at[:, page_R, slot_R, :].set(x_RXN.transpose(1, 0, 2))
+    return pages_KPSN.at[:, page_R, slot_R, :].set(x_RKN.transpose(1, 0, 2))
 
 
-def write_prompt_pages(pages_DXPSN, cache: dict, page_ids_DBT) -> jax.Array:
+def write_prompt_pages(pages_CKPSN, cache: dict, page_ids_CBT) -> jax.Array:
     """Pages with a prefill's dense cache scattered into them.
 
     Args:
-      pages_DXPSN: [D, 2K, P, page, N] one layer's pool.
-      cache: {"k", "v"}: [D·B, K, T, N] the prefill's cache of that layer, token j of each
+      pages_CKPSN: [C, 2K, P, page, N] one layer's pool.
+      cache: {"k", "v"}: [C·B, K, T, N] the prefill's cache of that layer, token j of each
         prompt at column j, T a multiple of the page size; device-major rows.
-      page_ids_DBT: [D, B, T / page] the page that takes each page-sized block of columns
+      page_ids_CBT: [C, B, T / page] the page that takes each page-sized block of columns
         (the null page for blocks past a prompt's tokens).
     """
-    d, b, blocks = page_ids_DBT.shape
-    x_BXTN = jnp.concatenate([cache["k"], cache["v"]], axis=1)
-    _, heads, t, n = x_BXTN.shape
+    d, b, blocks = page_ids_CBT.shape
+    x_BKTN = jnp.concatenate([cache["k"], cache["v"]], axis=1)
+    _, heads, t, n = x_BKTN.shape
     page = t // blocks
-    x = x_BXTN.reshape(d, b, heads, blocks, page, n).transpose(0, 2, 1, 3, 4, 5)
-    x = x.reshape(d, heads, b * blocks, page, n).astype(pages_DXPSN.dtype)
-    ids_DX = page_ids_DBT.reshape(d, b * blocks)
-    return jax.vmap(lambda pages, ids, v: pages.at[:, ids].set(v))(pages_DXPSN, ids_DX, x)
+    x = x_BKTN.reshape(d, b, heads, blocks, page, n).transpose(0, 2, 1, 3, 4, 5)
+    x = x.reshape(d, heads, b * blocks, page, n).astype(pages_CKPSN.dtype)
+    ids_CT = page_ids_CBT.reshape(d, b * blocks)
+    return jax.vmap(lambda pages, ids, v: pages.at[:, ids].set(v))(pages_CKPSN, ids_CT, x)
 
 
-def gather_pages(pages_XPSN, table_YT) -> jax.Array:
+def gather_pages(pages_KPSN, table_RT) -> jax.Array:
     """[2K, Y, T·page, N]: the pages each of Y tables names, in order (an XLA gather: every
     entry is read, null pages included)."""
-    heads, _, page, n = pages_XPSN.shape
-    y, t = table_YT.shape
-    return jnp.take(pages_XPSN, table_YT, axis=1, mode="clip").reshape(heads, y, t * page, n)
+    heads, _, page, n = pages_KPSN.shape
+    y, t = table_RT.shape
+    return jnp.take(pages_KPSN, table_RT, axis=1, mode="clip").reshape(heads, y, t * page, n)
 
 
-def masked_scores(q_KXQN, k_KXSN, length_X) -> jax.Array:
+def masked_scores(q_KRQN, k_KRSN, length_R) -> jax.Array:
     """Scaled scores [K, X, Q, S] float32 of X sets of Q queries over their keys, NEG_INF at
     slots past each set's length."""
-    n = q_KXQN.shape[-1]
-    scores = jnp.einsum("kxqn,kxsn->kxqs", q_KXQN, k_KXSN, preferred_element_type=jnp.float32)
-    valid_XS = jnp.arange(k_KXSN.shape[2])[None, :] < length_X[:, None]
-    return jnp.where(valid_XS[None, :, None, :], scores * (n**-0.5), NEG_INF)
+    n = q_KRQN.shape[-1]
+    scores = jnp.einsum("kxqn,kxsn->kxqs", q_KRQN, k_KRSN, preferred_element_type=jnp.float32)
+    valid_RS = jnp.arange(k_KRSN.shape[2])[None, :] < length_R[:, None]
+    return jnp.where(valid_RS[None, :, None, :], scores * (n**-0.5), NEG_INF)
 
 
-def paged_attention_xla(q_RHN, pages_XPSN, rows: RowPages, lanes: int) -> jax.Array:
+def paged_attention_xla(q_RHN, pages_KPSN, rows: RowPages, lanes: int) -> jax.Array:
     """One device's decode attention [R, H, N] (float32): one softmax over each row's prompt
     keys and reply keys, the prompt's scores and weighted values computed once per prompt slot
     for the queries of its `lanes` (G) lanes, the reply's per row.
 
-    `rows` holds one device's slice (no D axis). A prompt's pages are gathered once for all of
+    `rows` holds one device's slice (no C axis). A prompt's pages are gathered once for all of
     its rows, so a step reads each resident prompt once, not once per sample. The softmax is
     taken over the row's scores of both parts at once, as a dense cache's would be (a kernel
     that never holds all of a row's scores merges per-part softmaxes by their log-sum-exp
     instead: the same function, other rounding).
     """
     r, h, n = q_RHN.shape
-    kv = pages_XPSN.shape[0] // 2
+    kv = pages_KPSN.shape[0] // 2
     hg = h // kv
     slots = rows.prompt_table.shape[0]
     cells = slots * lanes
@@ -163,15 +163,15 @@ def paged_attention_xla(q_RHN, pages_XPSN, rows: RowPages, lanes: int) -> jax.Ar
     # The prompt part on the [slots, lanes] grid: row (slot, sample) in lane slot·G + sample.
     q_grid = jnp.zeros((kv, cells, hg, n), q_RHN.dtype).at[:, rows.cell].set(q_KRGN, mode="drop")
     q_grid = q_grid.reshape(kv, slots, lanes * hg, n)
-    prompt = gather_pages(pages_XPSN, rows.prompt_table)
+    prompt = gather_pages(pages_KPSN, rows.prompt_table)
     s_prompt = masked_scores(q_grid, prompt[:kv], rows.prompt_len)
     s_prompt = s_prompt.reshape(kv, cells, hg, -1)
     s_prompt = jnp.take(s_prompt, rows.cell, axis=1, mode="fill", fill_value=NEG_INF)
-    reply = gather_pages(pages_XPSN, rows.reply_table)
+    reply = gather_pages(pages_KPSN, rows.reply_table)
     s_reply = masked_scores(q_KRGN, reply[:kv], rows.reply_len)
     split = s_prompt.shape[-1]
     probs = jax.nn.softmax(jnp.concatenate([s_prompt, s_reply], axis=-1), axis=-1)
-    dtype = pages_XPSN.dtype
+    dtype = pages_KPSN.dtype
     p_grid = jnp.zeros((kv, cells, hg, split), dtype)
     p_grid = p_grid.at[:, rows.cell].set(probs[..., :split].astype(dtype), mode="drop")
     p_grid = p_grid.reshape(kv, slots, lanes * hg, split)

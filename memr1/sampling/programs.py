@@ -2,8 +2,8 @@
 
 Both are pure functions of the weights, the page pool (`memr1.sampling.paged`, donated: XLA
 updates it in place) and small per-row arrays the host scheduler builds. Rows are device-major
-[D·R, ...] and the pool [D, K, P, page, N]; under a row split (`memr1.sampling.layout`) each
-data × fsdp device holds its own D slice of both, so a device reads and writes only its own
+[C·R, ...] and the pool [C, 2K, P, page, N]; under a row split (`memr1.sampling.layout`) each
+data × fsdp device holds its own C slice of both, so a device reads and writes only its own
 pages.
 
 Keys: a row's tokens are drawn with fold_in(fold_in(fold_in(key, prompt), sample), position),
@@ -28,7 +28,7 @@ from memr1.sampling.logits_processing import choose_tokens
 from memr1.sampling.output import splitter
 from memr1.sampling.paged import PagedLayer, RowPages, write_prompt_pages
 
-Pool = list[jax.Array]  # per layer [D, 2K, P, page, N]: keys, then values
+Pool = list[jax.Array]  # per layer [C, 2K, P, page, N]: keys, then values
 
 
 def row_keys(key: jax.Array, prompt_R: jax.Array, sample_R: jax.Array) -> jax.Array:
@@ -77,11 +77,11 @@ class Programs:
         )
 
     def _prefill(
-        self, params, pool: Pool, tokens_BT, lengths_B, page_ids_DBT, prompt_B, key,
+        self, params, pool: Pool, tokens_BT, lengths_B, page_ids_CBT, prompt_B, key,
         temperature, top_p, stops: stopping.StopSet, *, num_samples: int, greedy: bool,
         top_k: int | None, use_top_p: bool, row_split,
     ):  # fmt: skip
-        """Prefills B = D·Bp left-padded prompts, writes their KV into their pages (token 0
+        """Prefills B = C·Bp left-padded prompts, writes their KV into their pages (token 0
         first) and draws the first token of each of their G samples.
 
         The forward pass is the reference sampler's (`Sampler._prefill`: left padding, the
@@ -110,9 +110,9 @@ class Programs:
         # Column t - length + j holds token j: roll each row so that token 0 leads its pages.
         from_B1T1 = ((jnp.arange(t)[None, :] + t - lengths_B[:, None]) % t)[:, None, :, None]
         roll = functools.partial(jnp.take_along_axis, indices=from_B1T1, axis=2)
-        page_ids_DBT = split(page_ids_DBT)
+        page_ids_CBT = split(page_ids_CBT)
         pool = [
-            split(write_prompt_pages(pages, jax.tree.map(roll, new), page_ids_DBT))
+            split(write_prompt_pages(pages, jax.tree.map(roll, new), page_ids_CBT))
             for pages, new in zip(pool, cache, strict=True)
         ]
         g = num_samples
@@ -129,13 +129,13 @@ class Programs:
         max_new, refill_at, *, steps: int, num_samples: int, greedy: bool, top_k: int | None,
         use_top_p: bool, row_split,
     ):  # fmt: skip
-        """Up to `steps` decode steps over S = D·R slots.
+        """Up to `steps` decode steps over C·R slots.
 
         `rows` (from `Scheduler.round_inputs`): token [S] (each row's newest token, fed first),
         length [S] (tokens generated, >= 1), tail [S, W] (its last W tokens, -1 before the
         first), active [S], prompt_len, prompt_id (what its keys fold in), sample [S]; the
-        row's lane cell [D, R] and reply_table [D, R, Tr]; each prompt slot's prompt_table
-        [D, PS, Tp] and prompt_slot_len [D, PS]. The round ends after `steps` steps,
+        row's lane cell [C, R] and reply_table [C, R, Tr]; each prompt slot's prompt_table
+        [C, PS, Tp] and prompt_slot_len [C, PS]. The round ends after `steps` steps,
         when no row is active, or once `refill_at` rows have ended (so that waiting rows take
         their slots).
 
@@ -147,17 +147,17 @@ class Programs:
         graphdef = transformer.without_remat(self.graphdef, params)
         rows = {k: split(v) for k, v in rows.items()}
         d, r = rows["cell"].shape
-        keys_S = row_keys(key, rows["prompt_id"], rows["sample"])
+        keys_R = row_keys(key, rows["prompt_id"], rows["sample"])
         choose = self._choose(greedy, temperature, top_k, top_p, use_top_p)
         pad = jnp.int32(self.pad_id)
         s = d * r
 
         def cond(carry):
-            i, _, _, _, _, active_S, _, _, _, ended, _ = carry
-            return (i < steps) & jnp.any(active_S) & (ended < refill_at)
+            i, _, _, _, _, active_R, _, _, _, ended, _ = carry
+            return (i < steps) & jnp.any(active_R) & (ended < refill_at)
 
         def body(carry):
-            i, pool, token_S, length_S, tail_SW, active_S, stopped_S, toks, logps, ended, live = (
+            i, pool, token_R, length_R, tail_RW, active_R, stopped_R, toks, logps, ended, live = (
                 carry
             )
             view = RowPages(
@@ -165,30 +165,30 @@ class Programs:
                 rows["prompt_slot_len"],
                 rows["cell"],
                 rows["reply_table"],
-                length_S.reshape(d, r),
-                active_S.reshape(d, r),
+                length_R.reshape(d, r),
+                active_R.reshape(d, r),
             )
             cache = [PagedLayer(pages, view, num_samples) for pages in pool]
-            positions_S1 = (rows["prompt_len"] + length_S - 1)[:, None]
-            h_S1D, cache = transformer.forward(
-                graphdef, params, token_S[:, None], positions_S1, None, cache, 0
+            positions_R1 = (rows["prompt_len"] + length_R - 1)[:, None]
+            h_R1D, cache = transformer.forward(
+                graphdef, params, token_R[:, None], positions_R1, None, cache, 0
             )
             pool = [split(c.pages) for c in cache]
-            logits_SV = transformer.logits_fn(graphdef, params, h_S1D)[:, 0]
-            step_keys = jax.vmap(jax.random.fold_in)(keys_S, length_S)
-            new_S, logp_S = choose(logits_SV, step_keys)
-            new_S = jnp.where(active_S, new_S, pad)
-            logp_S = jnp.where(active_S, logp_S, 0.0)
-            toks = jax.lax.dynamic_update_slice(toks, new_S[:, None], (0, i))
-            logps = jax.lax.dynamic_update_slice(logps, logp_S[:, None], (0, i))
-            length_S = length_S + active_S.astype(jnp.int32)
-            tail_SW = jnp.where(active_S[:, None], stopping.push_tail(tail_SW, new_S), tail_SW)
-            stop_S = active_S & stopping.hits_stop(new_S, tail_SW, stops)
-            ends_S = stop_S | (active_S & (length_S >= max_new))
-            live = live + jnp.sum(active_S, dtype=jnp.int32)
-            ended = ended + jnp.sum(ends_S, dtype=jnp.int32)
-            carry = (i + 1, pool, new_S, length_S, tail_SW, active_S & ~ends_S,
-                     stopped_S | stop_S, toks, logps, ended, live)  # fmt: skip
+            logits_RV = transformer.logits_fn(graphdef, params, h_R1D)[:, 0]
+            step_keys = jax.vmap(jax.random.fold_in)(keys_R, length_R)
+            new_R, logp_R = choose(logits_RV, step_keys)
+            new_R = jnp.where(active_R, new_R, pad)
+            logp_R = jnp.where(active_R, logp_R, 0.0)
+            toks = jax.lax.dynamic_update_slice(toks, new_R[:, None], (0, i))
+            logps = jax.lax.dynamic_update_slice(logps, logp_R[:, None], (0, i))
+            length_R = length_R + active_R.astype(jnp.int32)
+            tail_RW = jnp.where(active_R[:, None], stopping.push_tail(tail_RW, new_R), tail_RW)
+            stop_R = active_R & stopping.hits_stop(new_R, tail_RW, stops)
+            ends_R = stop_R | (active_R & (length_R >= max_new))
+            live = live + jnp.sum(active_R, dtype=jnp.int32)
+            ended = ended + jnp.sum(ends_R, dtype=jnp.int32)
+            carry = (i + 1, pool, new_R, length_R, tail_RW, active_R & ~ends_R,
+                     stopped_R | stop_R, toks, logps, ended, live)  # fmt: skip
             return carry
 
         carry = (
@@ -204,7 +204,7 @@ class Programs:
             jnp.int32(0),
             jnp.int32(0),
         )
-        i, pool, _, length_S, _, active_S, stopped_S, toks, logps, _, live = jax.lax.while_loop(
+        i, pool, _, length_R, _, active_R, stopped_R, toks, logps, _, live = jax.lax.while_loop(
             cond, body, carry
         )
-        return pool, toks, logps, length_S, active_S, stopped_S, i, live
+        return pool, toks, logps, length_R, active_R, stopped_R, i, live

@@ -1,6 +1,6 @@
 """The rollout engine's host side: which rows decode in a round, and which pages they hold.
 
-A run is B prompts × G samples. Prompt b goes to data × fsdp device b % D; each device has R
+A run is B prompts × G samples. Prompt b goes to data × fsdp device b % C; each device has R
 decode slots, PS prompt slots and a pool of pages (`memr1.sampling.paged`) and is scheduled on
 its own, so a row's work never depends on another device's. Before each round of decode steps
 the scheduler:
@@ -50,7 +50,7 @@ def pow2_at_least(n: int) -> int:
 class RunPlan:
     """The static sizes of one engine run (they fix its programs' shapes)."""
 
-    devices: int  # D
+    devices: int  # C: data × fsdp devices that decode rows of their own
     slots_per_device: int  # R
     prompt_slots: int  # PS, prompts a device holds at once
     pages_per_device: int  # P, the null page included
@@ -369,7 +369,7 @@ class Scheduler:
 
     def round_inputs(self, window: int, level: int, reply_pages: int) -> dict[str, np.ndarray]:
         """The running rows laid out in the `level_sizes` slots a device, device-major
-        [D·slots, ...] (tables [D, ...]), and the resident prompts in the first prompt slots
+        [C·slots, ...] (tables [C, ...]), and the resident prompts in the first prompt slots
         (in order: a prompt's slot on the device may change from round to round); with
         `reply_pages` reply pages a row."""
         p = self.plan
@@ -411,7 +411,7 @@ class Scheduler:
         return out
 
     def end_round(self, slots: int, tokens, logps, lengths, active, stopped) -> None:
-        """Takes a round's [D·slots, ...] results."""
+        """Takes a round's [C·slots, ...] results."""
         for i, device in enumerate(self.devices):
             part = slice(i * slots, (i + 1) * slots)
             device.end_round(
