@@ -157,8 +157,8 @@ def engine_section() -> ml_collections.ConfigDict:
     full budget), where no row is ever preempted; a smaller pool fits more slots in the same
     memory, and when it runs short the newest rows are preempted and decoded again later (the
     same tokens: each row draws with keys of its own). `round_steps`: decode steps between two
-    visits of the host, which refills the slots of rows that ended (a round also ends once an
-    eighth of the slots have ended while rows wait). `prefill_prompts`: prompts a device
+    visits of the host, which refills the slots of rows that ended (a round also ends once a
+    sixteenth of the slots have ended while rows wait). `prefill_prompts`: prompts a device
     prefills in one program at most (a prefill's activations grow with it). Decode slots are
     the callers' batch sizes (`agents.batch_size`, `train.rollout_batch_size`,
     `train.val_batch_size`) × G.

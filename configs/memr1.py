@@ -98,9 +98,9 @@ def paper_recipe(config: ml_collections.ConfigDict) -> None:
     Rollouts at temperature 1.0 of up to 2,048 new tokens after prompts of up to 4,096, 128
     prompts per update at actor lr 1e-6 (critic 1e-5), every device on the FSDP axis, and each
     block recomputed in the backward pass. The rollout engine's slots and pool are sized for
-    8 devices of 80 GB (`tools/bench/rollout_engine.py`). Validation every 10 steps (greedy, on the validation
-    split's tuples, conv-30 of LoCoMo: `--val_tuples`; the paper validates on that split but
-    does not say how often). `micro_rows` sets the micro-batch from the mesh at
+    8 devices of 80 GB (`tools/bench/rollout_engine.py`). Validation every 10 steps (greedy, on
+    the validation split's tuples, conv-30 of LoCoMo: `--val_tuples`; the paper validates on
+    that split but does not say how often). `micro_rows` sets the micro-batch from the mesh at
     run time (`memr1.train.mesh.micro_batch_count`): the paper ran 2 rows per GPU; here a GRPO
     row is one packed group (`train.shared_prompt`: a prompt and its G replies, ~3-6k tokens at
     answer-stage lengths), so 1 puts one group on each device per micro-batch. Sized in rows,

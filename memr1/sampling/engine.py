@@ -10,7 +10,7 @@ How a run goes (`Engine.generate`):
   KV written into its pages, which all G samples read; the prefill also draws each sample's
   first token;
 - rounds of up to `round_steps` decode steps (`Programs.round`, one `lax.while_loop`) run the
-  slots; a round ends early when an eighth of the slots have finished while rows wait, and
+  slots; a round ends early when a sixteenth of the slots have finished while rows wait, and
   between rounds finished rows leave and waiting ones take their slots (continuous batching), so
   a run does not wait for its longest reply with every other slot idle.
 

@@ -241,7 +241,7 @@ class DeviceSchedule:
 
 
 # A round ends early once this share of the slots has ended while rows wait for a slot.
-REFILL_SHARE = 1 / 8
+REFILL_SHARE = 1 / 16
 # The narrowest reply table a round reads (budgets up to this many pages get one width).
 MIN_REPLY_PAGES = 8
 

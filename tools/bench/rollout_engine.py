@@ -194,7 +194,6 @@ def measure(args, size: str, rng) -> dict:
     engine = Engine(cfg, graphdef, settings=settings)
     prompts, replies = draw_workload(args, rng, states, group, cap, budget)
     plan, counts, sched = schedule(args, engine, prompts, replies, group, budget, slots)
-    live_rows = counts["live_slot_steps"] / counts["decode_steps"]
     live_per_row = counts["live_token_steps"] / counts["live_slot_steps"]
     held_per_slot = counts["peak_held_tokens"] / plan.slots_per_device
     dense_row = (1 << (cap - 1).bit_length()) + budget - 1
@@ -245,7 +244,6 @@ def measure(args, size: str, rng) -> dict:
             bytes_per_token=per_token,
             roofline_bytes_per_token=roofline,
             bytes_over_roofline=per_token / roofline,
-            bytes_per_token_run=at_depth / live_rows,
         )
     return row
 
