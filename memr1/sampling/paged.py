@@ -18,8 +18,9 @@ Entries past a part's length name the null page.
 A decode step writes each row's new key and value at reply slot `reply_len - 1`, then attends
 in two parts, cascade style: the prompt part once per prompt slot, whose keys meet the queries
 of all its rows at once (a [PS, G] grid of lanes, row (slot, sample) in lane slot·G + sample),
-and the reply part per row; one softmax spans both. A step thus reads a resident prompt once,
-not once per sample. Each part masks slots past its length, so a row reads the same values
+and the reply part per row: two partial softmaxes (each its max, its sum and its unnormalised
+output) merged by their log-sum-exp. A step thus reads a resident prompt once, not once per
+sample. Each part masks slots past its length, so a row reads the same values
 whatever its pages' neighbours hold. This is the XLA path (any backend): it gathers every entry
 of both tables, null pages included, so its reads follow the tables' widths (the engine sizes
 the reply table per round to the longest live reply).
@@ -143,16 +144,42 @@ def masked_scores(q_KRQN, k_KRSN, length_R) -> jax.Array:
     return jnp.where(valid_RS[None, :, None, :], scores * (n**-0.5), NEG_INF)
 
 
+class Partial(NamedTuple):
+    """A softmax over part of a row's keys: its unnormalised output o [K, R, Q, N], running max
+    m and sum l = sum(exp(score - m)) [K, R, Q], all float32."""
+
+    o: jax.Array
+    m: jax.Array
+    l: jax.Array  # noqa: E741
+
+
+def partial_attention(q_KRQN, kv_KRSN, length_R) -> Partial:
+    """Softmax attention of R sets of Q queries over the first `length_R` of their keys and
+    values (`kv_KRSN`: keys in heads [0, K), values in [K, 2K))."""
+    kv = q_KRQN.shape[0]
+    scores = masked_scores(q_KRQN, kv_KRSN[:kv], length_R)
+    m = jnp.max(scores, axis=-1)
+    p = jnp.exp(scores - m[..., None])
+    v = kv_KRSN[kv:]
+    o = jnp.einsum("krqs,krsn->krqn", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+    return Partial(o, m, jnp.sum(p, axis=-1))
+
+
+def merge_partials(a: Partial, b: Partial) -> jax.Array:
+    """The normalised output of the softmax over both parts' keys (their log-sum-exp merge)."""
+    m = jnp.maximum(a.m, b.m)
+    wa, wb = jnp.exp(a.m - m), jnp.exp(b.m - m)
+    return (a.o * wa[..., None] + b.o * wb[..., None]) / (a.l * wa + b.l * wb)[..., None]
+
+
 def paged_attention_xla(q_RHN, pages_KPSN, rows: RowPages, lanes: int) -> jax.Array:
-    """One device's decode attention [R, H, N] (float32): one softmax over each row's prompt
-    keys and reply keys, the prompt's scores and weighted values computed once per prompt slot
-    for the queries of its `lanes` (G) lanes, the reply's per row.
+    """One device's decode attention [R, H, N] (float32): the prompt part once per prompt slot
+    for the queries of its `lanes` (G) lanes, the reply part per row, each a partial softmax,
+    merged by their log-sum-exp (as a flash-decoding kernel merges its splits).
 
     `rows` holds one device's slice (no C axis). A prompt's pages are gathered once for all of
-    its rows, so a step reads each resident prompt once, not once per sample. The softmax is
-    taken over the row's scores of both parts at once, as a dense cache's would be (a kernel
-    that never holds all of a row's scores merges per-part softmaxes by their log-sum-exp
-    instead: the same function, other rounding).
+    its rows, so a step reads each resident prompt once, not once per sample, and only the
+    prompt part's [K, lanes·Hg, N] outputs, maxima and sums return to the rows.
     """
     r, h, n = q_RHN.shape
     kv = pages_KPSN.shape[0] // 2
@@ -163,23 +190,16 @@ def paged_attention_xla(q_RHN, pages_KPSN, rows: RowPages, lanes: int) -> jax.Ar
     # The prompt part on the [slots, lanes] grid: row (slot, sample) in lane slot·G + sample.
     q_grid = jnp.zeros((kv, cells, hg, n), q_RHN.dtype).at[:, rows.cell].set(q_KRGN, mode="drop")
     q_grid = q_grid.reshape(kv, slots, lanes * hg, n)
-    prompt = gather_pages(pages_KPSN, rows.prompt_table)
-    s_prompt = masked_scores(q_grid, prompt[:kv], rows.prompt_len)
-    s_prompt = s_prompt.reshape(kv, cells, hg, -1)
-    s_prompt = jnp.take(s_prompt, rows.cell, axis=1, mode="fill", fill_value=NEG_INF)
-    reply = gather_pages(pages_KPSN, rows.reply_table)
-    s_reply = masked_scores(q_KRGN, reply[:kv], rows.reply_len)
-    split = s_prompt.shape[-1]
-    probs = jax.nn.softmax(jnp.concatenate([s_prompt, s_reply], axis=-1), axis=-1)
-    dtype = pages_KPSN.dtype
-    p_grid = jnp.zeros((kv, cells, hg, split), dtype)
-    p_grid = p_grid.at[:, rows.cell].set(probs[..., :split].astype(dtype), mode="drop")
-    p_grid = p_grid.reshape(kv, slots, lanes * hg, split)
-    o_grid = jnp.einsum("kxqs,kxsn->kxqn", p_grid, prompt[kv:], preferred_element_type=jnp.float32)
-    o_prompt = jnp.take(o_grid.reshape(kv, cells, hg, n), rows.cell, axis=1, mode="fill",
-                        fill_value=0)  # fmt: skip
-    o_reply = jnp.einsum(
-        "krgs,krsn->krgn", probs[..., split:].astype(dtype), reply[kv:],
-        preferred_element_type=jnp.float32,
-    )  # fmt: skip
-    return (o_prompt + o_reply).transpose(1, 0, 2, 3).reshape(r, h, n)
+    on_grid = partial_attention(
+        q_grid, gather_pages(pages_KPSN, rows.prompt_table), rows.prompt_len
+    )
+
+    def to_rows(x, empty):  # [K, slots, lanes·Hg, ...] -> [K, R, Hg, ...]
+        x = x.reshape(kv, cells, hg, *x.shape[3:])
+        return jnp.take(x, rows.cell, axis=1, mode="fill", fill_value=empty)
+
+    # A slot without a row reads an empty part (no keys: max NEG_INF, sum 0), so that its merge
+    # stays finite: what it writes lands in the null page, which every row reads (masked).
+    prompt = Partial(to_rows(on_grid.o, 0), to_rows(on_grid.m, NEG_INF), to_rows(on_grid.l, 0))
+    reply = partial_attention(q_KRGN, gather_pages(pages_KPSN, rows.reply_table), rows.reply_len)
+    return merge_partials(prompt, reply).transpose(1, 0, 2, 3).reshape(r, h, n)
