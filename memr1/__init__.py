@@ -9,7 +9,7 @@ tests/test_layering.py checks it):
   torchless.py  a command's transformers without PyTorch (tokenizers and configs only)
   atomic.py   files and folders written under a temporary name and renamed into place
   models/     decoder-only backbones (Qwen-2.5, LLaMA-3.1), HF checkpoint import/export
-  sampling/   the jitted KV-cache rollout engine
+  sampling/   the rollout engine (paged KV, continuous batching) and its reference sampler
   embed/      the Flax MiniLM sentence encoder used for memory retrieval
   memory/     memory banks as fixed-capacity arrays and their pure operations
   retrieval/  top-k search over banks (ScaNN, exact)

@@ -1,4 +1,12 @@
-"""The jitted KV-cache rollout engine.
+"""The reference sampler: a static batch over a dense KV cache.
+
+Every caller in memr1 samples with the rollout engine (`memr1.sampling.engine`: paged cache,
+a prompt stored once for its G samples, slots refilled as rows end). This sampler stays as the
+simplest correct implementation of the same contract: the engine's parity tests compare against
+it (tokens, log-probs, stops, budgets), `tools/bench_generate.py` times the engine beside it,
+and the pod-step cost tools compile it. What it costs at scale is why the engine exists: each
+prompt's KV copied G times, every row sized to the prompt bucket plus the whole budget, and a
+call that runs until its longest reply.
 
 One call of `Sampler.generate` is one compiled program: a prefill over the left-padded prompts,
 then a `lax.while_loop` that feeds one token per row per step into a preallocated KV cache and
