@@ -159,12 +159,22 @@ def engine_section() -> ml_collections.ConfigDict:
     same tokens: each row draws with keys of its own). `round_steps`: decode steps between two
     visits of the host, which refills the slots of rows that ended (a round also ends once a
     sixteenth of the slots have ended while rows wait). `prefill_prompts`: prompts a device
-    prefills in one program at most (a prefill's activations grow with it). Decode slots are
+    prefills in one program at most (a prefill's activations grow with it; each power of two up
+    to it is a program to compile). `shrink_tail`: once no row waits, rounds run fewer slots
+    (eighths of them from 32 slots, halves below), so a run's tail does not decode the slots of
+    finished rows; False runs one round program (a program to compile per smaller size, which
+    a check that counts compiles may not want). Decode slots are
     the callers' batch sizes (`agents.batch_size`, `train.rollout_batch_size`,
     `train.val_batch_size`) × G.
     """
     return ml_collections.ConfigDict(
-        {"page_size": 16, "kv_tokens": 0, "round_steps": 16, "prefill_prompts": 4}
+        {
+            "page_size": 16,
+            "kv_tokens": 0,
+            "round_steps": 16,
+            "prefill_prompts": 4,
+            "shrink_tail": True,
+        }
     )
 
 

@@ -51,6 +51,8 @@ class EngineSettings:
     page_size: tokens a page holds (a power of two).
     prefill_prompts: prompts a device prefills in one program at most (its activations, and
       without a fused attention kernel its [prompts, heads, P, P] scores, grow with it).
+    shrink_tail: once no row waits, rounds run fewer slots (`Scheduler.tail_sizes`): less
+      decoding of finished slots, one round program more to compile for each smaller size.
     kv_tokens: KV tokens the pool of each device holds (0: as many as R slots can ever need,
       every row from its own prompt at the full budget: nothing is ever preempted).
     round_steps: decode steps a round runs at most before finished rows leave their slots.
@@ -60,6 +62,7 @@ class EngineSettings:
     kv_tokens: int = 0
     round_steps: int = 16
     prefill_prompts: int = 4
+    shrink_tail: bool = True
 
     def __post_init__(self):
         if self.page_size < 1 or self.page_size & (self.page_size - 1):
@@ -79,6 +82,7 @@ class EngineSettings:
             kv_tokens=e.kv_tokens,
             round_steps=e.round_steps,
             prefill_prompts=e.prefill_prompts,
+            shrink_tail=e.shrink_tail,
         )
 
 
@@ -165,7 +169,7 @@ class Engine:
         else:
             pages = prompt_slots * prompt_pages + r * reply_pages + 1
         return RunPlan(devices, r, prompt_slots, pages, s.page_size, prompt_pages, reply_pages,
-                       g, max_new_tokens, s.round_steps)  # fmt: skip
+                       g, max_new_tokens, s.round_steps, s.shrink_tail)  # fmt: skip
 
     def generate(
         self,

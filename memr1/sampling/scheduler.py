@@ -60,6 +60,7 @@ class RunPlan:
     num_samples: int  # G
     max_new: int
     round_steps: int  # k: decode steps a round runs at most
+    shrink_tail: bool = True  # once nothing waits, rounds run fewer slots (`tail_sizes`)
 
     def reply_need(self, generated: int) -> int:
         """Reply pages a row with `generated` tokens needs for one more round: the round writes
@@ -350,7 +351,7 @@ class Scheduler:
         the smallest of `tail_sizes` that still holds every device's running rows. Prompt
         slots shrink with them (`level_sizes`): with nothing waiting, every resident prompt
         has a running row."""
-        if self.waiting():
+        if self.waiting() or not self.plan.shrink_tail:
             return 0
         rows = max(len(dev.running) for dev in self.devices)
         sizes = self.tail_sizes()

@@ -217,3 +217,15 @@ def test_bad_requests_are_named_errors(model, engine):
         tiny_pool.generate(params, PROMPTS, key=jax.random.key(0), max_new_tokens=4)
     with pytest.raises(ValueError, match="page_size"):
         EngineSettings(page_size=3)
+
+
+def test_a_run_without_a_shrinking_tail_compiles_one_prefill_and_one_round(model):
+    """What a check that counts compiles sets (engine.prefill_prompts 1, shrink_tail off): a
+    run compiles two programs, and the replies are the same as with a shrinking tail."""
+    settings = EngineSettings(page_size=4, round_steps=3, prefill_prompts=1, shrink_tail=False)
+    engine = Engine(TEST_CFG, model[0], pad_id=0, settings=settings)
+    kw = dict(key=jax.random.key(6), max_new_tokens=NEW, num_samples=G, eos_ids=[7, 30], slots=4)
+    out = engine.generate(model[1], PROMPTS, **kw)
+    assert engine.compiled_programs() == 2 and out.stats.prefills == len(PROMPTS)
+    shrinking = Engine(TEST_CFG, model[0], pad_id=0, settings=SMALL)
+    _same(_fields(out), _fields(shrinking.generate(model[1], PROMPTS, **kw)))
