@@ -163,7 +163,10 @@ def engine_section() -> ml_collections.ConfigDict:
     to it is a program to compile). `shrink_tail`: once no row waits, rounds run fewer slots
     (eighths of them from 32 slots, halves below), so a run's tail does not decode the slots of
     finished rows; False runs one round program (a program to compile per smaller size, which
-    a check that counts compiles may not want). Decode slots are
+    a check that counts compiles may not want). `attention`: the decode attention's kernel,
+    "xla" (gathers every page a table names), "pallas" (a Pallas kernel that walks only a
+    row's live pages; interpreted off a GPU; rows split over data × fsdp only) or "auto"
+    (pallas on a GPU). Decode slots are
     the callers' batch sizes (`agents.batch_size`, `train.rollout_batch_size`,
     `train.val_batch_size`) × G.
     """
@@ -174,6 +177,7 @@ def engine_section() -> ml_collections.ConfigDict:
             "round_steps": 16,
             "prefill_prompts": 4,
             "shrink_tail": True,
+            "attention": "auto",
         }
     )
 

@@ -39,6 +39,7 @@ import numpy as np
 from memr1.models.config import ModelConfig
 from memr1.sampling import stopping
 from memr1.sampling.layout import row_devices
+from memr1.sampling.paged import KERNELS
 from memr1.sampling.programs import Programs, new_pool
 from memr1.sampling.request import PromptBatch, check_request, default_bucket, left_pad
 from memr1.sampling.scheduler import Prompt, RunPlan, Scheduler, ceil_div, pow2_at_least
@@ -53,6 +54,9 @@ class EngineSettings:
       without a fused attention kernel its [prompts, heads, P, P] scores, grow with it).
     shrink_tail: once no row waits, rounds run fewer slots (`Scheduler.tail_sizes`): less
       decoding of finished slots, one round program more to compile for each smaller size.
+    attention: the decode attention's kernel (`memr1.sampling.paged.PagedLayer`): "xla" (any
+      backend, reads every table entry), "pallas" (walks only live pages; interpreted off a
+      GPU; no tensor axis), "auto" (pallas on a GPU, xla elsewhere).
     kv_tokens: KV tokens the pool of each device holds (0: as many as R slots can ever need,
       every row from its own prompt at the full budget: nothing is ever preempted).
     round_steps: decode steps a round runs at most before finished rows leave their slots.
@@ -63,6 +67,7 @@ class EngineSettings:
     round_steps: int = 16
     prefill_prompts: int = 4
     shrink_tail: bool = True
+    attention: str = "auto"
 
     def __post_init__(self):
         if self.page_size < 1 or self.page_size & (self.page_size - 1):
@@ -73,6 +78,14 @@ class EngineSettings:
             raise ValueError(f"engine.round_steps must be >= 1, got {self.round_steps}")
         if self.prefill_prompts < 1:
             raise ValueError(f"engine.prefill_prompts must be >= 1, got {self.prefill_prompts}")
+        if self.attention not in ("auto", *KERNELS):
+            raise ValueError(f"engine.attention={self.attention!r}: one of auto, {KERNELS}")
+
+    def kernel(self) -> str:
+        """The attention kernel this process runs ("auto" resolved by its backend)."""
+        if self.attention != "auto":
+            return self.attention
+        return "pallas" if jax.default_backend() == "gpu" else "xla"
 
     @classmethod
     def from_config(cls, config) -> EngineSettings:
@@ -83,6 +96,7 @@ class EngineSettings:
             round_steps=e.round_steps,
             prefill_prompts=e.prefill_prompts,
             shrink_tail=e.shrink_tail,
+            attention=e.attention,
         )
 
 
@@ -226,6 +240,12 @@ class Engine:
         if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
             key = jax.random.wrap_key_data(key)  # a raw uint32 key (jax.random.PRNGKey)
         greedy = temperature == 0.0
+        kernel = self.settings.kernel()
+        if kernel == "pallas" and row_split is not None and row_split.mesh.shape["tensor"] > 1:
+            raise ValueError(
+                "engine.attention='pallas' splits rows over data x fsdp only; this mesh has a "
+                "tensor axis: use engine.attention='xla'"
+            )
         args = (key, np.float32(1.0 if greedy else temperature),
                 np.float32(1.0 if top_p is None else top_p), stops)  # fmt: skip
         static = dict(
@@ -249,7 +269,7 @@ class Engine:
         def decode(rows, refill_at):
             state["pool"], *out = self.programs.round(
                 params, state["pool"], rows, *args, np.int32(plan.max_new), np.int32(refill_at),
-                steps=plan.round_steps, num_samples=g, **static,
+                steps=plan.round_steps, num_samples=g, kernel=kernel, **static,
             )  # fmt: skip
             return jax.device_get(out)
 
@@ -267,7 +287,7 @@ class Engine:
 
     def lower_round(
         self, params: Any, plan: RunPlan, *, level: int = 0, reply_pages: int | None = None,
-        temperature: float = 1.0, eos_ids: Sequence[int] = (1,),
+        temperature: float = 1.0, eos_ids: Sequence[int] = (1,), kernel: str = "xla",
     ) -> jax.stages.Lowered:  # fmt: skip
         """The round program of `plan` (at the slot counts of a tail `level`, 0 for all, and
         `reply_pages` reply pages, default the budget's), lowered from abstract or real
@@ -297,8 +317,8 @@ class Engine:
         return self.programs.round.lower(
             params, pool, rows, jax.random.key(0), np.float32(1.0), np.float32(1.0), stops,
             np.int32(plan.max_new), np.int32(n + 1), steps=plan.round_steps,
-            num_samples=plan.num_samples, greedy=greedy, top_k=None, use_top_p=False,
-            row_split=row_split,
+            num_samples=plan.num_samples, kernel=kernel, greedy=greedy, top_k=None,
+            use_top_p=False, row_split=row_split,
         )  # fmt: skip
 
     def _prefill(self, params, pool, new: list[list[Prompt]], prompts, plan: RunPlan, args,

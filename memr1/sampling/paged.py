@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -64,17 +64,30 @@ class RowPages(NamedTuple):
     write: jax.Array
 
 
+KERNELS = ("xla", "pallas")
+
+
 @functools.partial(
-    jax.tree_util.register_dataclass, data_fields=["pages", "rows"], meta_fields=["lanes"]
+    jax.tree_util.register_dataclass,
+    data_fields=["pages", "rows"],
+    meta_fields=["lanes", "kernel", "row_split"],
 )
 @dataclasses.dataclass(frozen=True)
 class PagedLayer:
     """One layer's pages and the rows' view of them: a cache that `transformer.forward` hands
-    to its attention in place of a dense [B, K, S, N] buffer (see `attend`)."""
+    to its attention in place of a dense [B, K, S, N] buffer (see `attend`).
+
+    `kernel` computes each part: "xla" gathers the pages a table names (any backend); "pallas"
+    walks only the live pages (`memr1.sampling.paged_kernel`; interpreted off a GPU). Under a
+    row split (`row_split`, a sharding over the data × fsdp axes) the Pallas call runs in a
+    `shard_map`, each device over its own pages.
+    """
 
     pages: jax.Array  # [C, 2K, P, page, N]: keys in heads [0, K), values in [K, 2K)
     rows: RowPages
     lanes: int  # G: lanes of a prompt slot (static)
+    kernel: str = "xla"
+    row_split: Any = None
 
     def attend(self, q_BTHN, k_BTKN, v_BTKN) -> tuple[jax.Array, PagedLayer]:
         """Writes one step's keys and values (T = 1, B = C·R slots, device-major) at each row's
@@ -95,8 +108,20 @@ class PagedLayer:
         pages = jax.vmap(write_token)(
             self.pages, page_CR, pos_CR % page_size, new_CRKN.astype(self.pages.dtype)
         )
-        attention = functools.partial(paged_attention_xla, lanes=self.lanes)
-        out_CRHN = jax.vmap(attention)(q_BTHN.reshape(d, r, h, n), pages, self.rows)
+        attention = jax.vmap(
+            functools.partial(paged_attention, lanes=self.lanes, kernel=self.kernel)
+        )
+        if self.kernel == "pallas" and self.row_split is not None:
+            # A Pallas call is opaque to XLA's partitioner: run it on each device's own slice.
+            spec = jax.sharding.PartitionSpec(self.row_split.spec[0])
+            attention = jax.shard_map(
+                attention,
+                mesh=self.row_split.mesh,
+                in_specs=(spec, spec, jax.tree.map(lambda _: spec, self.rows)),
+                out_specs=spec,
+                check_vma=False,
+            )
+        out_CRHN = attention(q_BTHN.reshape(d, r, h, n), pages, self.rows)
         new = dataclasses.replace(self, pages=pages)
         return out_CRHN.reshape(b, 1, h, n).astype(v_BTKN.dtype), new
 
@@ -166,16 +191,32 @@ def partial_attention(q_KRQN, kv_KRSN, length_R) -> Partial:
 
 
 def merge_partials(a: Partial, b: Partial) -> jax.Array:
-    """The normalised output of the softmax over both parts' keys (their log-sum-exp merge)."""
+    """The normalised output of the softmax over both parts' keys (their log-sum-exp merge); 0
+    for a query with no key in either part (a slot without a row)."""
     m = jnp.maximum(a.m, b.m)
     wa, wb = jnp.exp(a.m - m), jnp.exp(b.m - m)
-    return (a.o * wa[..., None] + b.o * wb[..., None]) / (a.l * wa + b.l * wb)[..., None]
+    total = a.l * wa + b.l * wb
+    total = jnp.where(total > 0, total, 1.0)
+    return (a.o * wa[..., None] + b.o * wb[..., None]) / total[..., None]
 
 
-def paged_attention_xla(q_RHN, pages_KPSN, rows: RowPages, lanes: int) -> jax.Array:
+def part(q_KRQN, pages_KPSN, table_RT, length_R, kernel: str) -> Partial:
+    """One part of the attention by `kernel` (see `PagedLayer`)."""
+    if kernel == "xla":
+        return partial_attention(q_KRQN, gather_pages(pages_KPSN, table_RT), length_R)
+    if kernel == "pallas":
+        from memr1.sampling.paged_kernel import paged_partial
+
+        interpret = jax.default_backend() != "gpu"
+        return Partial(*paged_partial(q_KRQN, pages_KPSN, table_RT, length_R,
+                                      interpret=interpret))  # fmt: skip
+    raise ValueError(f"engine.attention={kernel!r} is not one of {KERNELS}")
+
+
+def paged_attention(q_RHN, pages_KPSN, rows: RowPages, lanes: int, kernel: str = "xla"):
     """One device's decode attention [R, H, N] (float32): the prompt part once per prompt slot
-    for the queries of its `lanes` (G) lanes, the reply part per row, each a partial softmax,
-    merged by their log-sum-exp (as a flash-decoding kernel merges its splits).
+    for the queries of its `lanes` (G) lanes, the reply part per row, each a partial softmax
+    (by `kernel`), merged by their log-sum-exp (as a flash-decoding kernel merges its splits).
 
     `rows` holds one device's slice (no C axis). A prompt's pages are gathered once for all of
     its rows, so a step reads each resident prompt once, not once per sample, and only the
@@ -190,9 +231,7 @@ def paged_attention_xla(q_RHN, pages_KPSN, rows: RowPages, lanes: int) -> jax.Ar
     # The prompt part on the [slots, lanes] grid: row (slot, sample) in lane slot·G + sample.
     q_grid = jnp.zeros((kv, cells, hg, n), q_RHN.dtype).at[:, rows.cell].set(q_KRGN, mode="drop")
     q_grid = q_grid.reshape(kv, slots, lanes * hg, n)
-    on_grid = partial_attention(
-        q_grid, gather_pages(pages_KPSN, rows.prompt_table), rows.prompt_len
-    )
+    on_grid = part(q_grid, pages_KPSN, rows.prompt_table, rows.prompt_len, kernel)
 
     def to_rows(x, empty):  # [K, slots, lanes·Hg, ...] -> [K, R, Hg, ...]
         x = x.reshape(kv, cells, hg, *x.shape[3:])
@@ -201,5 +240,5 @@ def paged_attention_xla(q_RHN, pages_KPSN, rows: RowPages, lanes: int) -> jax.Ar
     # A slot without a row reads an empty part (no keys: max NEG_INF, sum 0), so that its merge
     # stays finite: what it writes lands in the null page, which every row reads (masked).
     prompt = Partial(to_rows(on_grid.o, 0), to_rows(on_grid.m, NEG_INF), to_rows(on_grid.l, 0))
-    reply = partial_attention(q_KRGN, gather_pages(pages_KPSN, rows.reply_table), rows.reply_len)
+    reply = part(q_KRGN, pages_KPSN, rows.reply_table, rows.reply_len, kernel)
     return merge_partials(prompt, reply).transpose(1, 0, 2, 3).reshape(r, h, n)

@@ -60,7 +60,7 @@ class Programs:
         self.pad_id = pad_id
         static = ("num_samples", "greedy", "top_k", "use_top_p", "row_split")
         self.prefill = jax.jit(self._prefill, static_argnames=static, donate_argnames=("pool",))
-        static = ("steps", "num_samples", "greedy", "top_k", "use_top_p", "row_split")
+        static = ("steps", "num_samples", "kernel", "greedy", "top_k", "use_top_p", "row_split")
         self.round = jax.jit(self._round, static_argnames=static, donate_argnames=("pool",))
 
     def compiled(self) -> int:
@@ -126,8 +126,8 @@ class Programs:
 
     def _round(
         self, params, pool: Pool, rows: dict, key, temperature, top_p, stops: stopping.StopSet,
-        max_new, refill_at, *, steps: int, num_samples: int, greedy: bool, top_k: int | None,
-        use_top_p: bool, row_split,
+        max_new, refill_at, *, steps: int, num_samples: int, kernel: str, greedy: bool,
+        top_k: int | None, use_top_p: bool, row_split,
     ):  # fmt: skip
         """Up to `steps` decode steps over C·R slots.
 
@@ -168,7 +168,7 @@ class Programs:
                 length_R.reshape(d, r),
                 active_R.reshape(d, r),
             )
-            cache = [PagedLayer(pages, view, num_samples) for pages in pool]
+            cache = [PagedLayer(pages, view, num_samples, kernel, row_split) for pages in pool]
             positions_R1 = (rows["prompt_len"] + length_R - 1)[:, None]
             h_R1D, cache = transformer.forward(
                 graphdef, params, token_R[:, None], positions_R1, None, cache, 0

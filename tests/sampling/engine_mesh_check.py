@@ -7,7 +7,8 @@ and prints one JSON line of measurements on success.
 What is checked, for the decode copy of a model (`rollout_params`):
 - the engine's replies on three meshes (fsdp 8; fsdp 4 × tensor 2; data 2 × fsdp 2 × tensor 2)
   equal one device's (float32, sampled: tokens equal, log-probs within 1e-5), with more rows
-  than slots, so slots refill on every device;
+  than slots, so slots refill on every device; with the Pallas kernel (interpreted, in a
+  shard_map over the row devices) on fsdp 8 too, and refused with a tensor axis;
 - the compiled round moves no weight inside its decode loop and gathers none, and each device's
   loop carries only its own slice of the page pool (a leading D axis of 1 a device).
 """
@@ -43,6 +44,7 @@ PROMPTS = [[5, 17, 3, 9], [9, 1, 44, 2, 71, 30], [33, 2], [8, 8, 8], [1, 2, 3], 
            [11, 12, 13, 14, 15], [6, 5], [3, 3, 3, 3], [19, 18, 17]]  # fmt: skip
 G, NEW = 2, 8
 SETTINGS = EngineSettings(page_size=4, round_steps=3)
+PALLAS = EngineSettings(page_size=4, round_steps=3, attention="pallas")
 
 
 def weight_sizes(abstract) -> set[int]:
@@ -82,6 +84,21 @@ def check_outputs() -> dict:
         diff = float(np.abs(out.logprobs - ref.logprobs).max())
         assert diff < 1e-5, (shape, diff)
         diffs["x".join(map(str, shape))] = diff
+        # The Pallas kernel (interpreted) in a shard_map over the row devices: the same rows.
+        kernel = Engine(cfg, setup1.graphdef, settings=PALLAS)
+        if shape[2] == 1:
+            out = kernel.generate(copy, PROMPTS, **kw)
+            np.testing.assert_array_equal(out.tokens, ref.tokens)
+            diffs["pallas_" + "x".join(map(str, shape))] = float(
+                np.abs(out.logprobs - ref.logprobs).max()
+            )
+        else:
+            try:
+                kernel.generate(copy, PROMPTS, **kw)
+            except ValueError as err:
+                assert "tensor axis" in str(err), err
+            else:
+                raise AssertionError("pallas with a tensor axis must be refused")
     return {"logprob_max_diff": diffs}
 
 

@@ -2,6 +2,8 @@
 trainer's log-probs, and its own contracts: replies independent of slots and order, preemption
 that changes nothing, one program set per shape bucket, named errors."""
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -229,3 +231,16 @@ def test_a_run_without_a_shrinking_tail_compiles_one_prefill_and_one_round(model
     assert engine.compiled_programs() == 2 and out.stats.prefills == len(PROMPTS)
     shrinking = Engine(TEST_CFG, model[0], pad_id=0, settings=SMALL)
     _same(_fields(out), _fields(shrinking.generate(model[1], PROMPTS, **kw)))
+
+
+def test_the_pallas_kernel_decodes_what_the_xla_path_decodes(model):
+    """engine.attention "pallas" (interpreted on the CPU) walks only the live pages and merges
+    its parts as the XLA path does: the same tokens, log-probs within float32 rounding."""
+    kw = dict(key=jax.random.key(8), max_new_tokens=NEW, num_samples=G, eos_ids=[7, 30], slots=3,
+              temperature=1.0)  # fmt: skip
+    xla = Engine(TEST_CFG, model[0], settings=SMALL).generate(model[1], PROMPTS, **kw)
+    settings = dataclasses.replace(SMALL, attention="pallas")
+    out = Engine(TEST_CFG, model[0], settings=settings).generate(model[1], PROMPTS, **kw)
+    _same(_fields(out), _fields(xla), atol=2e-6)
+    with pytest.raises(ValueError, match="engine.attention"):
+        EngineSettings(attention="cudnn")
