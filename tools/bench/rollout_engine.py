@@ -39,11 +39,15 @@ What is measured, per backbone (a device's figures):
   block's bytes are the difference of the two compiles, extrapolated to the size's depth. At
   the most common round shape with all slots (the reply table width the scheduler chooses),
   bytes per step / slots against the roofline: the weights / slots + the KV a live row attends
-  (its prompt and its reply so far, the simulation's mean; goal <= 1.5x). This is the XLA
-  path: it gathers each resident prompt's pages once a step for all of its rows, reads every
-  entry of the tables (null pages too: the prompt table is the run's power-of-two bucket) and
-  materialises the gathered pages (read, written, read again); no Pallas kernel runs, so
-  nothing goes uncounted.
+  (its prompt and its reply so far, the simulation's mean; goal <= 1.5x). Two paths
+  (engine.attention): "xla" gathers each resident prompt's pages once a step for all of its
+  rows, reads every entry of the tables (null pages too: the prompt table is the run's
+  power-of-two bucket) and materialises the gathered pages; "pallas" (the GPU default) walks
+  only live pages (`memr1.sampling.paged_kernel`): its round is compiled with the attention's
+  parts as no-ops (XLA counts a Pallas call as 0 bytes; on this CPU it would count the
+  interpreter's loops), and the kernel's bytes are counted from the page tables: the pages a
+  step holds (each resident prompt once, each reply, page-rounded, the simulation's mean over
+  the run's live row-steps), the queries and the partial softmaxes it writes.
 """
 
 from __future__ import annotations
@@ -141,18 +145,22 @@ def fit_rows(args, size: str, row_tokens: float, prefill_prompts: int) -> dict:
     }
 
 
-def compiled_step_bytes(args, size: str, layers: int, plan, reply_pages: int) -> dict:
+def compiled_step_bytes(args, size: str, layers: int, plan, reply_pages: int, kernel: str):
     """XLA's bytes accessed by one decode round at level 0 (one step: a loop body counts
-    once), float32, with each page-pool gather and scatter charged for the pages it touches.
+    once), float32, each page-pool gather and scatter charged for the pages it touches.
 
     XLA's cost analysis charges a gather its whole operand and a scatter twice its operand
     (checked: a round's bytes grow by exactly 4 pools a layer with the pool), here the whole
     page pool of the layer, where the ops touch only the gathered pages and the written slots;
-    those charges are replaced by what they touch.
+    those charges are replaced by what they touch. With `kernel` "pallas" the attention's two
+    parts are compiled as no-ops (a Pallas call is 0 bytes to XLA, and here it would be its
+    interpreter's loops): the caller adds the kernel's own bytes (`paged_partial_bytes`).
     """
     import jax
+    import jax.numpy as jnp
 
     from memr1.models.config import get_size
+    from memr1.sampling import paged
     from memr1.sampling.engine import Engine
     from memr1.sampling.layout import decode_spec
     from memr1.sampling.scheduler import Scheduler
@@ -171,15 +179,29 @@ def compiled_step_bytes(args, size: str, layers: int, plan, reply_pages: int) ->
 
     params = jax.tree.map(decode, setup.abstract_state.params, setup.param_shardings)
     engine = Engine(cfg, setup.graphdef)
-    compiled = engine.lower_round(params, plan, level=0, reply_pages=reply_pages).compile()
-    cost = compiled.cost_analysis()
+    real_part = paged.part
+    if kernel == "pallas":
+
+        def part(q_KRQN, pages, table, length, kernel):  # the kernel's outputs, nothing read
+            kv, r, q, n = q_KRQN.shape
+            zeros = jnp.zeros((kv, r, q), jnp.float32)
+            return paged.Partial(jnp.zeros((kv, r, q, n), jnp.float32), zeros, zeros)
+
+        paged.part = part
+    try:
+        lowered = engine.lower_round(params, plan, level=0, reply_pages=reply_pages)
+        cost = lowered.compile().cost_analysis()
+    finally:
+        paged.part = real_part
     xla = float((cost[0] if isinstance(cost, list) else cost)["bytes accessed"])
     slots, prompt_slots = Scheduler([1], plan).level_sizes(0)
     token = 2 * cfg.n_kv_heads * cfg.head_dim * 4  # keys and values of a token in a layer
     pool = plan.pages_per_device * plan.page_size * token
+    written = slots * token  # the step's own keys and values
+    if kernel == "pallas":
+        return {"xla": xla, "counted": xla + layers * (written - 2 * pool)}
     touched = (prompt_slots * plan.prompt_pages + slots * reply_pages) * plan.page_size * token
-    touched += slots * token  # the step's own keys and values, written
-    return {"xla": xla, "counted": xla + layers * (touched - 4 * pool)}
+    return {"xla": xla, "counted": xla + layers * (touched + written - 4 * pool)}
 
 
 def measure(args, size: str, rng) -> dict:
@@ -226,32 +248,34 @@ def measure(args, size: str, rng) -> dict:
         level0 = {t: n for (s, t), n in counts["rounds_by_shape"].items()
                   if s == plan.slots_per_device}  # fmt: skip
         reply_pages = max(level0, key=level0.get)
-        full_xla = compiled_step_bytes(args, size, args.layers, plan, reply_pages)
-        less_xla = compiled_step_bytes(args, size, args.layers - 1, plan, reply_pages)
-        full, per_block = full_xla["counted"], full_xla["counted"] - less_xla["counted"]
-        at_depth = full + (cfg.n_layers - args.layers) * per_block
         weights = transformer.count_params(transformer.abstract_model(cfg)[1]) * 4
         attended = counts["attended_token_steps"] / counts["live_slot_steps"]
-        roofline = weights / plan.slots_per_device + attended * kv_bytes_per_token(cfg, 4)
-        per_token = at_depth / plan.slots_per_device
-        row.update(
-            xla_bytes_at_layers=full_xla["xla"],
-            step_bytes_at_layers=full,
-            step_bytes_per_block=per_block,
-            step_bytes_at_depth=at_depth,
-            reply_pages=reply_pages,
-            attended_tokens=attended,
-            bytes_per_token=per_token,
-            roofline_bytes_per_token=roofline,
-            bytes_over_roofline=per_token / roofline,
-        )
+        token = kv_bytes_per_token(cfg, 4)
+        roofline = weights / plan.slots_per_device + attended * token
+        row.update(reply_pages=reply_pages, attended_tokens=attended,
+                   roofline_bytes_per_token=roofline)  # fmt: skip
+        for kernel in ("xla", "pallas"):
+            full = compiled_step_bytes(args, size, args.layers, plan, reply_pages, kernel)
+            less = compiled_step_bytes(args, size, args.layers - 1, plan, reply_pages, kernel)
+            per_block = full["counted"] - less["counted"]
+            at_depth = full["counted"] + (cfg.n_layers - args.layers) * per_block
+            per_token = at_depth / plan.slots_per_device
+            if kernel == "pallas":
+                # The kernel reads the live pages a step holds (each resident prompt once, each
+                # reply; page-rounded: the held tokens less the pages handed out ahead count as
+                # live here, an upper bound), a row's queries and writes its partial softmax.
+                per_token += counts["held_token_steps"] / counts["live_slot_steps"] * token
+                per_token += cfg.n_layers * 2 * cfg.n_heads * (2 * cfg.head_dim + 2) * 4
+            row[f"{kernel}_step_bytes_per_block"] = per_block
+            row[f"{kernel}_bytes_per_token"] = per_token
+            row[f"{kernel}_bytes_over_roofline"] = per_token / roofline
     return row
 
 
 def print_table(report: dict) -> None:
     cols = ("size", "slots_per_device", "finished_share", "held_over_live", "pool_over_live",
             "dense_over_live", "preempted", "rows_fit", "rows_fit_dense",
-            "bytes_over_roofline")  # fmt: skip
+            "xla_bytes_over_roofline", "pallas_bytes_over_roofline")  # fmt: skip
     print(" | ".join(f"{c:>18}" for c in cols))
     for row in report["rows"]:
         cells = []
