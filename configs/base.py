@@ -165,6 +165,42 @@ def agents_section() -> ml_collections.ConfigDict:
     )
 
 
+def engine_section() -> ml_collections.ConfigDict:
+    """The rollout engine every sampled reply goes through (`memr1.sampling.engine`): rollouts,
+    validation, the manager stage's frozen answerer, evaluation.
+
+    Its KV cache is a pool of pages of `page_size` tokens (a power of two): a prompt's pages
+    are written once and read by all of its samples, and each reply holds the pages its live
+    tokens need. `kv_tokens` is the pool of each data × fsdp device in tokens; 0 sizes it for
+    the worst case (every prompt slot at the run's prompt bucket and every decode slot at the
+    full budget), where no row is ever preempted; a smaller pool fits more slots in the same
+    memory, and when it runs short the newest rows are preempted and decoded again later (the
+    same tokens: each row draws with keys of its own). `round_steps`: decode steps between two
+    visits of the host, which refills the slots of rows that ended (a round also ends once a
+    sixteenth of the slots have ended while rows wait). `prefill_prompts`: prompts a device
+    prefills in one program at most (a prefill's activations grow with it; each power of two up
+    to it is a program to compile). `shrink_tail`: once no row waits, rounds run fewer slots
+    (eighths of them from 32 slots, halves below), so a run's tail does not decode the slots of
+    finished rows; False runs one round program (a program to compile per smaller size, which
+    a check that counts compiles may not want). `attention`: the decode attention's kernel,
+    "xla" (gathers every page a table names), "pallas" (a Pallas kernel that walks only a
+    row's live pages; interpreted off a GPU; rows split over data × fsdp only) or "auto"
+    (pallas on a GPU). Decode slots are
+    the callers' batch sizes (`agents.batch_size`, `train.rollout_batch_size`,
+    `train.val_batch_size`) × G.
+    """
+    return ml_collections.ConfigDict(
+        {
+            "page_size": 16,
+            "kv_tokens": 0,
+            "round_steps": 16,
+            "prefill_prompts": 4,
+            "shrink_tail": True,
+            "attention": "auto",
+        }
+    )
+
+
 def judge_section() -> ml_collections.ConfigDict:
     """LLM judge: "none", "openai" (an OpenAI-compatible endpoint) or "local" (the backbone).
 

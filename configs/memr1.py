@@ -62,6 +62,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data = base.data_section(str(v["dataset"]))
     config.memory = base.memory_section()
     config.agents = base.agents_section()
+    config.engine = base.engine_section()
     config.judge = base.judge_section()
     config.tuples = base.tuples_section()
     config.train = base.train_section(str(v["stage"]), str(v["algo"]))
@@ -96,9 +97,10 @@ def paper_recipe(config: ml_collections.ConfigDict) -> None:
 
     Rollouts at temperature 1.0 of up to 2,048 new tokens after prompts of up to 4,096, 128
     prompts per update at actor lr 1e-6 (critic 1e-5), every device on the FSDP axis, and each
-    block recomputed in the backward pass. Validation every 10 steps (greedy, on the validation
-    split's tuples, conv-30 of LoCoMo: `--val_tuples`; the paper validates on that split but
-    does not say how often). `micro_rows` sets the micro-batch from the mesh at
+    block recomputed in the backward pass. The rollout engine's slots and pool are sized for
+    8 devices of 80 GB (`tools/bench/rollout_engine.py`). Validation every 10 steps (greedy, on
+    the validation split's tuples, conv-30 of LoCoMo: `--val_tuples`; the paper validates on
+    that split but does not say how often). `micro_rows` sets the micro-batch from the mesh at
     run time (`memr1.train.mesh.micro_batch_count`): the paper ran 2 rows per GPU; here a GRPO
     row is one packed group (`train.shared_prompt`: a prompt and its G replies, ~3-6k tokens at
     answer-stage lengths), so 1 puts one group on each device per micro-batch. Sized in rows,
@@ -139,10 +141,18 @@ def paper_recipe(config: ml_collections.ConfigDict) -> None:
         temperature=1.0,
         micro_rows=1,
         eval_every=10,
-        # 16 prompts x G = 8 rows a sampler call (16 a device on 8): a KV cache of 6,144
-        # positions is ~5.6 GB a device at 7B and ~19 GB at 14B, beside the training state.
-        rollout_batch_size=16,
+        # 64 prompts x G = 8 rows decoded at once, 64 slots a device on 8, refilled as replies
+        # end: the slot-steps on finished rows stay under 15% of a step's 128 rows a device
+        # (tools/bench/rollout_engine.py).
+        rollout_batch_size=64,
     )
+    # The frozen answerer's and evaluation's runs (G = 1) decode 512 prompts at once, 64 slots
+    # a device, as the rollouts do.
+    config.agents.batch_size = 512
+    # The engine's pool: 128k KV tokens a device (7 GiB at 7B: a rollout step holds ~50k at
+    # 64 slots; a G = 1 run of 64 slots ~170k, admitted as the pool allows), and one prompt a
+    # device a prefill (the memory estimate's einsum prefill scores: ~2.6 GiB a prompt at 7B).
+    config.engine.update(kv_tokens=131072, prefill_prompts=1)
     if config.algo == "grpo":
         config.train.width_classes = 2
 

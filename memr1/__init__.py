@@ -9,7 +9,7 @@ tests/test_layering.py checks it):
   torchless.py  a command's transformers without PyTorch (tokenizers and configs only)
   atomic.py   files and folders written under a temporary name and renamed into place
   models/     decoder-only backbones (Qwen-2.5, LLaMA-3.1), HF checkpoint import/export
-  sampling/   the jitted KV-cache rollout engine
+  sampling/   the rollout engine (paged KV, continuous batching) and its reference sampler
   embed/      the Flax MiniLM sentence encoder used for memory retrieval
   memory/     memory banks as fixed-capacity arrays and their pure operations
   retrieval/  top-k search over banks (ScaNN, exact)
@@ -30,6 +30,10 @@ Axis legend, used in einsum strings and as array-name suffixes (``logits_BTV``, 
   H query heads  K key/value heads          N head dim
   L layers       G group (samples per state) M memories (bank capacity)
   E embedding dim of the sentence encoder   Q queries
+The rollout engine (memr1/sampling/) adds:
+  C chips: the data × fsdp devices that decode rows of their own
+  R decode slots (the rows of a round)      P pages of the KV pool (`page` token slots each)
+  W stop window (generated tokens a stop test remembers)
 """
 
 __version__ = "0.1.0"

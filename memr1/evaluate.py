@@ -36,6 +36,7 @@ from memr1.eval.longmemeval_judge import (
     summarize_longmemeval,
 )
 from memr1.models.hf_io import CheckpointError
+from memr1.sampling.engine import EngineSettings
 from memr1.torchless import without_torch
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/memr1.py", "Experiment config.")
@@ -70,7 +71,9 @@ def judge_backend(config, backbone):
     """The LLM judge of `config.judge` (None for kind "none"); "local" judges with the backbone."""
     if config.judge.kind != "local":
         return backend_from_config(config.judge)
-    local = load.local_judge(backbone, batch_size=config.agents.batch_size)
+    local = load.local_judge(
+        backbone, batch_size=config.agents.batch_size, engine=EngineSettings.from_config(config)
+    )
     return backend_from_config(config.judge, local=local)
 
 
@@ -136,6 +139,7 @@ def evaluate(config, *, hf_dir, manager_ckpt, answer_ckpt, embed_dir, workdir, o
             batch_size=a.batch_size,
             max_prompt_tokens=a.max_prompt_tokens,
             name=name,
+            engine=EngineSettings.from_config(config),
         )
 
     encoder = Encoder.from_dir(embed_dir)

@@ -1,4 +1,5 @@
-"""Generates a continuation of one prompt with a local HF checkpoint, through memr1's sampler.
+"""Generates a continuation of one prompt with a local HF checkpoint, through memr1's rollout
+engine (`memr1.sampling.engine`).
 
   python -m memr1.generate --hf_dir DIR --prompt "TEXT" --max_new_tokens 32 --temperature 0
 
@@ -42,7 +43,7 @@ def generate(args: argparse.Namespace) -> dict:
 
     from memr1.models.hf_io import load_hf
     from memr1.models.tokenizer import encode_prompt, load_tokenizer, special_ids
-    from memr1.sampling import Sampler
+    from memr1.sampling.engine import Engine
 
     cfg, graphdef, params = load_hf(args.hf_dir, dtype=args.dtype, param_dtype=args.param_dtype)
     tok = load_tokenizer(args.hf_dir)
@@ -56,8 +57,8 @@ def generate(args: argparse.Namespace) -> dict:
             f"{args.hf_dir}: the tokenizer produced id {too_big[0]} but config.json has "
             f"vocab_size={cfg.vocab_size}"
         )
-    sampler = Sampler(cfg, graphdef, pad_id=ids.pad_id)
-    out = sampler.generate(
+    engine = Engine(cfg, graphdef, pad_id=ids.pad_id)
+    out = engine.generate(
         params,
         [prompt],
         key=jax.random.key(args.seed),
@@ -68,7 +69,7 @@ def generate(args: argparse.Namespace) -> dict:
         eos_ids=ids.eos_ids,
     )
     length = int(out.lengths[0])
-    new_ids = [int(t) for t in jax.device_get(out.tokens[0, :length])]
+    new_ids = [int(t) for t in out.tokens[0, :length]]
     return {
         "prompt_ids": prompt,
         "ids": new_ids,

@@ -109,7 +109,9 @@ def test_the_paper_recipe_and_its_micro_batches(memr1_config):
     )
     assert config.model.remat and config.agents.max_prompt_tokens == 4096
     assert config.model.scan_layers  # one compiled block: remat bounds memory on XLA:CPU too
-    assert (t.rollout_batch_size, memr1_config.get_config().train.rollout_batch_size) == (16, 0)
+    assert (t.rollout_batch_size, memr1_config.get_config().train.rollout_batch_size) == (64, 0)
+    # The engine's slots (batch × G over 8 devices) and pool, sized by the rollout benchmark.
+    assert (config.agents.batch_size, config.engine.kv_tokens) == (512, 131072)
     # The recipe's GRPO update packs one row a group (train.shared_prompt); on one device here
     # a micro-batch is one packed group.
     from memr1.rl.grpo import GRPOConfig

@@ -5,11 +5,12 @@
 
 Random bf16 weights at the Qwen2.5-3B shape, the recipe's model settings (bf16 compute, full
 remat, the blocks as one scan), one device (or FSDP over every device JAX sees). Three phases
-(tools/gpu_check_phases.py), each compiling one program of the model:
+(tools/gpu_check_phases.py), four programs of the model in all:
   rollout  32 prompts (random ids, 384 to 512 of them) x G = 2 samples of 128 new tokens at
            temperature 1 through `TextPolicy.complete_ids`, the trainer's rollout interface: one
-           sampler program, called twice (the first call compiles it; the second is timed).
-           New tokens/s over the timed call.
+           run of the rollout engine (`memr1.sampling.engine`: its prefill and its decode round,
+           two programs), called twice (the first call compiles them; the second is timed).
+           New tokens/s over the timed call, and the run's slot occupancy.
   gap      that rollout as GRPO's update reads it (`batches.rollout_rows`, then
            `batches.pack_step_groups`: one packed row a group, its prompt once) scored by the
            update's own log-prob function (`steps.make_grpo_reference` on the policy's weights,

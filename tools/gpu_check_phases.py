@@ -42,26 +42,30 @@ def run_rollout(shape: dict, cfg, setup, st) -> tuple[dict, list]:
     import jax
 
     from memr1.env.policy import SamplingConfig, TextPolicy
+    from memr1.sampling.engine import EngineSettings
 
     rng = np.random.default_rng(0)
     n, plen = shape["prompts"], shape["prompt_len"]
     lengths = rng.integers(plen * 3 // 4, plen + 1, size=n)
     prompts = [(rng.integers(2, cfg.vocab_size, size=k).astype(np.int32), False) for k in lengths]
+    # One prefill a prompt and one round size: the engine compiles two programs for the run.
+    engine = EngineSettings(prefill_prompts=1, shrink_tail=False)
     policy = TextPolicy(cfg, setup.graphdef, st.params, IdTokenizer(), eos_ids=(EOS_ID,),
-                        pad_id=PAD_ID, batch_size=n, max_prompt_tokens=plen)  # fmt: skip
+                        pad_id=PAD_ID, batch_size=n, max_prompt_tokens=plen,
+                        engine=engine)  # fmt: skip
     sampling = SamplingConfig(temperature=TEMPERATURE, max_new_tokens=shape["new_tokens"])
     call = lambda seed: policy.complete_ids(
         prompts, sampling, key=jax.random.key(seed), num_samples=shape["group"]
     )
     t0 = time.perf_counter()
-    call(0)  # compiles the sampler's program
+    call(0)  # compiles the engine's prefill and decode round
     first_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     groups = call(1)
     call_s = time.perf_counter() - t0
     replies = [c for g in groups for c in g]
     new = sum(len(c.ids) for c in replies)
-    programs = getattr(policy.sampler, "compiled_programs", None)
+    programs = policy.engine.compiled_programs
     return {
         "prompts": n,
         "group": shape["group"],
@@ -75,7 +79,8 @@ def run_rollout(shape: dict, cfg, setup, st) -> tuple[dict, list]:
         "call_s": call_s,
         "compile_s": first_s - call_s,
         "new_tok_per_s": new / call_s,
-        "sampler_programs": programs() if callable(programs) else None,
+        "sampler_programs": programs(),
+        "slot_occupancy": policy.last_run.slot_occupancy if policy.last_run else None,
     }, groups
 
 

@@ -128,14 +128,16 @@ def answer_over_banks(
 
     Evaluation and the manager stage's reward both answer through this function, so the frozen
     Answer Agent of training reads banks exactly as the evaluated one does: the same retriever
-    (each bank's own), prompts, sampling and token budget. Questions are answered in batches of
-    `answerer.batch_size`; batch j samples with `fold_in(key, first index of j)`.
+    (each bank's own), prompts, sampling and token budget. Questions are retrieved in batches of
+    `answerer.batch_size`, and answered in one engine run (`answerer.batch_size` prompts
+    decoded at once, slots refilled as replies end), in which reply i samples with
+    `fold_in(key, i)`.
 
     Under greedy decoding (temperature 0) a reply is a function of its prompt, so a prompt that
     recurs (the same question over banks whose retrieved memories coincide: over the G
     candidate banks of a manager-stage state a linked question of the CPU demo reads 2-4
     distinct prompts of 8) is answered once and its reply given to every question that has it;
-    the batches then run over the distinct prompts, in order of first appearance. `stats`
+    the run then decodes the distinct prompts, in order of first appearance. `stats`
     counts them ("answers", "distinct_prompts"). A sampled reply stays one draw per question.
 
     Returns:
@@ -160,19 +162,18 @@ def answer_over_banks(
         first, of_question = shown, list(range(len(shown)))
     stats.count("answers", "distinct_prompts", len(first))
     users = np.bincount(np.asarray(of_question, np.int64), minlength=len(first))
-    samples = []
-    for start in range(0, len(first), step):
-        chats = [
-            answer_prompt(question, {name: list(memories) for name, memories in per},
-                          distill=cfg.distill, style=cfg.style)
-            for question, per in first[start : start + step]
-        ]  # fmt: skip
-        with stats.time("answer", items=len(chats)):
-            outputs = answerer.complete(chats, cfg.sampling, key=jax.random.fold_in(key, start))
-        samples.extend(sample for (sample,) in outputs)
-        stats.add_tokens("answer", sum(len(sample.ids) for (sample,) in outputs))
-        if progress is not None:
-            progress(int(users[start : start + step].sum()))
+    chats = [
+        answer_prompt(question, {name: list(memories) for name, memories in per},
+                      distill=cfg.distill, style=cfg.style)
+        for question, per in first
+    ]  # fmt: skip
+    # One engine run answers every distinct prompt (answerer.batch_size of them at a time),
+    # reporting each question as its prompt's reply ends.
+    kw = {} if progress is None else {"progress": lambda done: progress(int(users[done].sum()))}
+    with stats.time("answer", items=len(chats)):
+        outputs = answerer.complete(chats, cfg.sampling, key=key, **kw)
+    samples = [sample for (sample,) in outputs]
+    stats.add_tokens("answer", sum(len(sample.ids) for sample in samples))
     replies = []
     for i in of_question:
         sample = samples[i]

@@ -19,6 +19,7 @@ from memr1.models import config as model_config
 from memr1.models import transformer
 from memr1.models.hf_io import load_hf
 from memr1.models.tokenizer import load_tokenizer, special_ids
+from memr1.sampling.engine import EngineSettings
 from memr1.sharding import logical_to_spec
 
 
@@ -97,8 +98,10 @@ def make_policy(
     batch_size: int = 8,
     max_prompt_tokens: int = 4096,
     name: str = "policy",
+    engine: EngineSettings | None = None,
 ) -> TextPolicy:
-    """A TextPolicy over the backbone, with its own parameters when given."""
+    """A TextPolicy over the backbone, with its own parameters when given; `engine`: the
+    rollout engine's settings (`EngineSettings.from_config(config)`; default: its defaults)."""
     return TextPolicy(
         backbone.cfg,
         backbone.graphdef,
@@ -109,6 +112,7 @@ def make_policy(
         batch_size=batch_size,
         max_prompt_tokens=max_prompt_tokens,
         name=name,
+        engine=engine,
     )
 
 
@@ -116,11 +120,18 @@ def make_policy(
 JUDGE_SAMPLING = SamplingConfig(temperature=0.0, max_new_tokens=128)
 
 
-def local_judge(backbone: Backbone, params: Any = None, *, batch_size: int):
-    """`prompts -> replies` of a model through the project's sampler (an LLM judge's backend,
-    `memr1.eval.judge_backends.backend_from_config`): each prompt one user message, greedy up to
-    `JUDGE_SAMPLING.max_new_tokens`, with the backbone's weights unless `params` are given."""
-    policy = make_policy(backbone, params, batch_size=batch_size, name="judge")
+def local_judge(
+    backbone: Backbone,
+    params: Any = None,
+    *,
+    batch_size: int,
+    engine: EngineSettings | None = None,
+):
+    """`prompts -> replies` of a model through the project's rollout engine (an LLM judge's
+    backend, `memr1.eval.judge_backends.backend_from_config`): each prompt one user message,
+    greedy up to `JUDGE_SAMPLING.max_new_tokens`, with the backbone's weights unless `params`
+    are given; `engine` as `make_policy`'s."""
+    policy = make_policy(backbone, params, batch_size=batch_size, name="judge", engine=engine)
 
     def complete(prompts: list[str]) -> list[str]:
         chats = [[{"role": "user", "content": p}] for p in prompts]

@@ -5,15 +5,16 @@ and the trainer speak token ids. A `TextPolicy` keeps the token ids and per-toke
 each completion next to its text, so an RL stage can train on exactly the tokens that were
 sampled without re-tokenising the decoded text.
 
-Batches are padded to a fixed number of rows (`batch_size`) so that the sampler compiles one
-program per prompt-length bucket, not one per batch size. A `batch_size` that the mesh's
-data × fsdp devices divide lets each device decode only its own rows.
+Every call is one run of the rollout engine (`memr1.sampling.engine`) over all of its prompts:
+`batch_size` prompts' worth of decode slots (`batch_size` × G rows at once), refilled as rows
+end, so the engine compiles per prompt-length bucket, not per call size. Slots that the mesh's
+data × fsdp devices divide let each device decode only its own rows.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -21,7 +22,8 @@ import numpy as np
 
 from memr1.env.prompts import Message, Shrinkable, to_prompt_text
 from memr1.models.config import ModelConfig
-from memr1.sampling import Sampler, rollout_params
+from memr1.sampling import rollout_params
+from memr1.sampling.engine import Engine, EngineSettings, EngineStats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +82,11 @@ def agent_budget(config, agent: str) -> int:
 
 
 class TextPolicy:
-    """A backbone + tokenizer + sampler, addressed with chat messages."""
+    """A backbone + tokenizer + rollout engine, addressed with chat messages.
+
+    `last_run` holds the engine's statistics of the latest `complete` call (slot occupancy,
+    preemptions, pages), for the caller to log.
+    """
 
     def __init__(
         self,
@@ -94,6 +100,7 @@ class TextPolicy:
         batch_size: int = 8,
         max_prompt_tokens: int = 4096,
         name: str = "policy",
+        engine: EngineSettings | None = None,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -106,7 +113,8 @@ class TextPolicy:
         self.batch_size = int(batch_size)
         self.max_prompt_tokens = int(max_prompt_tokens)
         self.name = name
-        self.sampler = Sampler(cfg, graphdef, pad_id=self.pad_id)
+        self.engine = Engine(cfg, graphdef, pad_id=self.pad_id, settings=engine)
+        self.last_run: EngineStats | None = None
 
     # -- text <-> tokens ---------------------------------------------------------------------
 
@@ -173,12 +181,15 @@ class TextPolicy:
         key: jax.Array,
         num_samples: int = 1,
         params: Any = None,
+        progress: Callable[[list[int]], None] | None = None,
     ) -> list[list[Completion]]:
         """Samples `num_samples` completions for each chat (messages, or a `Shrinkable` prompt
         that drops its lowest-ranked items to fit `max_prompt_tokens`: `fit`); returns them per
         chat, `prompt_truncated` marking a prompt that dropped some."""
         prompts = [self.fit(m) for m in conversations]
-        return self.complete_ids(prompts, sampling, key=key, num_samples=num_samples, params=params)
+        return self.complete_ids(
+            prompts, sampling, key=key, num_samples=num_samples, params=params, progress=progress
+        )
 
     def complete_ids(
         self,
@@ -188,53 +199,53 @@ class TextPolicy:
         key: jax.Array,
         num_samples: int = 1,
         params: Any = None,
+        progress: Callable[[list[int]], None] | None = None,
     ) -> list[list[Completion]]:
         """Like `complete`, for prompts already tokenised as (ids, truncated) pairs.
 
+        One engine run decodes every prompt, `batch_size` × `num_samples` rows at a time;
+        sample g of prompt b draws from fold_in(fold_in(key, b), g), whatever the batch.
+        `progress` gets the indices of the prompts whose samples have all ended, as they end.
         The prompts are decoded from one copy of the weights laid out for decoding (compute
         dtype, whole on every data × fsdp device: `memr1.sampling.layout.rollout_params`), made
         once per call and dropped when it returns; weights already so laid out are used as is.
         """
+        self.last_run = None
+        if not prompts:
+            return []
         params = self._decode_params(params)
+        result = self.engine.generate(
+            params,
+            [ids for ids, _ in prompts],
+            key=key,
+            max_new_tokens=sampling.max_new_tokens,
+            num_samples=num_samples,
+            temperature=sampling.temperature,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            eos_ids=self.eos_ids,
+            slots=self.batch_size * num_samples,
+            progress=progress,
+        )
+        self.last_run = result.stats
         out: list[list[Completion]] = []
-        for start in range(0, len(prompts), self.batch_size):
-            chunk = list(prompts[start : start + self.batch_size])
-            real = len(chunk)
-            # Pad the batch with copies of its first prompt: one compiled shape per bucket. The
-            # copies start finished (`live_prompts`): the call decodes until its real rows end.
-            chunk += [chunk[0]] * (self.batch_size - real)
-            result = self.sampler.generate(
-                params,
-                [ids for ids, _ in chunk],
-                key=jax.random.fold_in(key, start),
-                max_new_tokens=sampling.max_new_tokens,
-                num_samples=num_samples,
-                temperature=sampling.temperature,
-                top_k=sampling.top_k,
-                top_p=sampling.top_p,
-                eos_ids=self.eos_ids,
-                live_prompts=real,
-            )
-            tokens = np.asarray(result.tokens)
-            logprobs = np.asarray(result.logprobs)
-            lengths = np.asarray(result.lengths)
-            done = np.asarray(result.done)
-            for b in range(real):
-                samples = []
-                for g in range(num_samples):
-                    row = b * num_samples + g
-                    ids = tokens[row, : lengths[row]]
-                    samples.append(
-                        Completion(
-                            text=self.decode(ids),
-                            prompt_ids=chunk[b][0],
-                            ids=ids,
-                            logprobs=logprobs[row, : lengths[row]],
-                            finished=bool(done[row]),
-                            prompt_truncated=chunk[b][1],
-                        )
+        for b, (prompt_ids, truncated) in enumerate(prompts):
+            samples = []
+            for g in range(num_samples):
+                row = b * num_samples + g
+                n = result.lengths[row]
+                ids = result.tokens[row, :n].copy()
+                samples.append(
+                    Completion(
+                        text=self.decode(ids),
+                        prompt_ids=prompt_ids,
+                        ids=ids,
+                        logprobs=result.logprobs[row, :n].copy(),
+                        finished=bool(result.done[row]),
+                        prompt_truncated=truncated,
                     )
-                out.append(samples)
+                )
+            out.append(samples)
         return out
 
     def _decode_params(self, params: Any = None) -> Any:
@@ -254,8 +265,8 @@ class TextPolicy:
         return self.with_params(self._decode_params(params))
 
     def with_batch_size(self, batch_size: int) -> TextPolicy:
-        """The same policy (sharing its sampler, which compiles the new shape once) decoding
-        `batch_size` prompts per sampler call, e.g. a whole validation set in one call."""
+        """The same policy (sharing its engine, which compiles the new shape once) decoding
+        `batch_size` prompts' rows at a time, e.g. a whole validation set at once."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         clone = self.with_params(self.params)
@@ -263,7 +274,7 @@ class TextPolicy:
         return clone
 
     def with_params(self, params: Any) -> TextPolicy:
-        """The same policy (sharing its compiled sampler) with other parameters."""
+        """The same policy (sharing its compiled engine) with other parameters."""
         clone = object.__new__(TextPolicy)
         clone.__dict__.update(self.__dict__)
         clone.params = params

@@ -7,7 +7,8 @@ facts of turn t, QA linked to t); reward = the same answer reward of a FROZEN An
 the bank each sampled output produces, answered as evaluation answers
 (memr1.env.manager_reward).
 Both return the completions grouped per state with rewards [B, G] and rollout statistics, ready
-for `pack_rollout`.
+for `pack_rollout`; among them `slot_occupancy`, the share of the engine's slot-steps that
+decoded a live row (`memr1.sampling.engine.EngineStats`), logged as `train/slot_occupancy`.
 """
 
 from __future__ import annotations
@@ -73,9 +74,10 @@ def answer_rollout(
     whatever the reward; validation reads them at G = 1, greedily)."""
     chats = [answer_messages(s, style=style, distill=distill) for s in states]
     start = time.perf_counter()
-    # One decode copy of the weights for all of the rollout's sampler calls.
+    # One decode copy of the weights, one engine run for all of the rollout's samples.
     policy = policy.decode_copy(params)
     groups = policy.complete(chats, sampling, key=key, num_samples=group_size)
+    run = policy.last_run
     sampled = time.perf_counter()
     questions, golds, answers = [], [], []
     fallbacks = 0
@@ -99,10 +101,16 @@ def answer_rollout(
         "response_length": float(np.mean(lengths)),
         "truncated_frac": float(np.mean([not c.finished for g in groups for c in g])),
         "prompt_truncated_frac": prompt_truncated_frac(groups),
+        "slot_occupancy": occupancy(run),
         "time_sample_s": sampled - start,
         "time_reward_s": time.perf_counter() - sampled,
     }
     return groups, rewards, stats
+
+
+def occupancy(run) -> float:
+    """The share of an engine run's slot-steps that decoded a live row (1 without a run)."""
+    return 1.0 if run is None else float(run.slot_occupancy)
 
 
 def prompt_truncated_frac(groups: Sequence[Sequence[Completion]]) -> float:
@@ -128,14 +136,16 @@ def manager_rollout(
     chats = [manager_messages(s, style=style, show_date=env.rules.show_date) for s in states]
     sample_key, answer_key = jax.random.split(key)
     start = time.perf_counter()
-    # One decode copy of the policy's weights for all of its sampler calls, then the policy's
-    # copy goes and one of the frozen answerer's serves all of the reward's calls.
-    groups = policy.decode_copy(params).complete(
-        chats, sampling, key=sample_key, num_samples=group_size
-    )
+    # One decode copy of the policy's weights and one engine run for all of its samples, then
+    # the policy's copy goes and one of the frozen answerer's serves the reward's run.
+    policy = policy.decode_copy(params)
+    groups = policy.complete(chats, sampling, key=sample_key, num_samples=group_size)
+    run = policy.last_run
+    del policy
     sampled = time.perf_counter()
     env = dataclasses.replace(env, answerer=env.answerer.decode_copy())
     scored = manager_rewards(states, [[c.text for c in g] for g in groups], env, key=answer_key)
+    answered = env.answerer.last_run
     kinds: collections.Counter = collections.Counter()
     for parsed in scored.parsed:
         for ops in parsed:
@@ -151,6 +161,9 @@ def manager_rollout(
         **{f"op_{k.lower()}_frac": v / total for k, v in sorted(kinds.items())},
         # Which operations the step's advantages are about (samples above / below their mean).
         **signal_by_op(scored.parsed, scored.rewards),
+        "slot_occupancy": occupancy(run),
+        # The frozen answerer's run (none when the step's states link no question).
+        "answerer_slot_occupancy": occupancy(answered),
         "time_sample_s": sampled - start,
         "time_reward_s": time.perf_counter() - sampled,
     }

@@ -11,6 +11,9 @@ rows a `masks.PackedMask` (their segment ids, which the block-skipping kernels r
 cache, the T new keys/values are written at slots [cache_index, cache_index + T) of a
 preallocated [B, K, S, N] buffer and attention reads all S slots through the mask. The attention
 kernel (`cfg.attention`) is chosen per call in `memr1.models.attention`.
+A layer's cache may instead be an object with an `attend(q_BTHN, k_BTKN, v_BTKN) -> (out_BTHN,
+new cache)` method (a pytree): it stores the new keys and values where it keeps them and runs its
+own attention; the rollout engine's paged cache (`memr1.sampling.paged`) is one.
 
 With `cfg.scan_layers`, a forward pass without a cache runs the blocks as one `lax.scan` over
 their weights stacked inside the call (the parameters keep one `Block` per layer); that is what
@@ -87,6 +90,12 @@ class Attention(nnx.Module):
         # Keys and values are kept head-major, [B, K, S, N], so the attention matmuls read the
         # cache as a plain batch of [S, N] matrices: with [B, S, K, N], XLA re-laid out the whole
         # cache of every layer at every decode step.
+        if cache is not None and not isinstance(cache, dict):
+            # A cache that is not a dense buffer (the rollout engine's pages,
+            # `memr1.sampling.paged`) stores the new keys and values and attends itself.
+            out_BTHN, new_cache = cache.attend(q_BTHN, k_BTKN, v_BTKN)
+            out_BTD = jnp.einsum("bthn,hnd->btd", out_BTHN, self.wo[...].astype(dt))
+            return out_BTD, new_cache
         k_BKTN = k_BTKN.transpose(0, 2, 1, 3)
         v_BKTN = v_BTKN.transpose(0, 2, 1, 3)
         if cache is None:

@@ -146,3 +146,16 @@ def _warn_whole_rows(rows: int, devices: int) -> None:
         devices,
         devices,
     )
+
+
+def row_devices(params: Any) -> tuple[int, NamedSharding | None]:
+    """(D, sharding): how many data × fsdp devices decode rows of their own from `params`, and
+    the sharding that splits a leading axis of D slices over them (None and D = 1 when every
+    device decodes every row: one device, or weights that are not a decode copy)."""
+    leaves = jax.tree.leaves(params)
+    first = leaves[0].sharding if leaves else None
+    if not isinstance(first, NamedSharding) or not set(ROW_AXES) <= set(first.mesh.axis_names):
+        return 1, None
+    n = first.mesh.shape["data"] * first.mesh.shape["fsdp"]
+    split = row_sharding(params, n)
+    return (n, split) if split is not None else (1, None)

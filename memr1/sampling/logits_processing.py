@@ -103,8 +103,20 @@ def filter_logits(
     return scaled_BV
 
 
+def uniforms(key: jax.Array, b: int) -> jax.Array:
+    """One uniform number in [0, 1) per row [B, 1]: from one key (drawn together), or from a
+    [B] batch of keys, one each, so that a row's draw depends on its own key only."""
+    if key.ndim == 0:
+        return jax.random.uniform(key, (b, 1))
+    if key.shape != (b,):
+        raise ValueError(f"expected one PRNG key or {b} of them, got keys of shape {key.shape}")
+    return jax.vmap(lambda k: jax.random.uniform(k, ()))(key)[:, None]
+
+
 def sample_from_weights(key: jax.Array, weights_BV: jax.Array) -> jax.Array:
     """Draws one token [B] int32 per row with probability proportional to `weights_BV` (>= 0).
+
+    `key` is one PRNG key, or [B] keys (one per row: `uniforms`).
 
     Inverts the CDF in two levels: pick a block of ~sqrt(V) tokens from the block totals, then a
     token inside it. One uniform number per row and two short cumulative sums replace both the
@@ -117,7 +129,7 @@ def sample_from_weights(key: jax.Array, weights_BV: jax.Array) -> jax.Array:
     w_BNC = jnp.pad(weights_BV, ((0, 0), (0, blocks * width - v))).reshape(b, blocks, width)
     total_BN = jnp.sum(w_BNC, axis=-1)
     upto_BN = jnp.cumsum(total_BN, axis=-1)
-    u_B1 = jax.random.uniform(key, (b, 1)) * upto_BN[:, -1:]
+    u_B1 = uniforms(key, b) * upto_BN[:, -1:]
     # Requiring a positive weight guards against sums creeping past u over empty stretches.
     block_B = _first_true((upto_BN > u_B1) & (total_BN > 0))
     block_B = jnp.where(block_B == blocks, _last_true(total_BN > 0), block_B)
@@ -142,7 +154,7 @@ def choose_tokens(
 
     Args:
       logits_BV: float32 logits [B, V] of the next position.
-      key: PRNG key for this step (unused when greedy).
+      key: PRNG key for this step, or [B] keys, one per row (unused when greedy).
       greedy: argmax decoding (static); temperature, top_k and top_p are then ignored.
       temperature: T > 0 (traced scalar allowed).
       top_k: static number of candidates kept, or None.

@@ -1,4 +1,12 @@
-"""The jitted KV-cache rollout engine.
+"""The reference sampler: a static batch over a dense KV cache.
+
+Every caller in memr1 samples with the rollout engine (`memr1.sampling.engine`: paged cache,
+a prompt stored once for its G samples, slots refilled as rows end). This sampler stays as the
+simplest correct implementation of the same contract: the engine's parity tests compare against
+it (tokens, log-probs, stops, budgets), `tools/bench_generate.py` times the engine beside it,
+and the pod-step cost tools compile it. What it costs at scale is why the engine exists: each
+prompt's KV copied G times, every row sized to the prompt bucket plus the whole budget, and a
+call that runs until its longest reply.
 
 One call of `Sampler.generate` is one compiled program: a prefill over the left-padded prompts,
 then a `lax.while_loop` that feeds one token per row per step into a preallocated KV cache and
@@ -39,30 +47,13 @@ import numpy as np
 from memr1.models import transformer
 from memr1.models.config import ModelConfig
 from memr1.models.masks import causal_mask, positions_from_valid
-from memr1.models.vocab import check_token_ids
 from memr1.sampling import stopping
 from memr1.sampling.layout import row_sharding
 from memr1.sampling.logits_processing import choose_tokens
 from memr1.sampling.output import SampleOutput, sample_output, splitter
+from memr1.sampling.request import PromptBatch, check_request, default_bucket, left_pad
 
-PromptBatch = Sequence[Sequence[int]] | np.ndarray
-
-
-def default_bucket(length: int, minimum: int = 16) -> int:
-    """The power of two (at least `minimum`) that a prompt batch of this length is padded to."""
-    return max(minimum, 1 << max(0, length - 1).bit_length())
-
-
-def left_pad(prompts: PromptBatch, width: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """Left-pads prompts into [B, width] int32 tokens and a [B, width] bool validity mask."""
-    rows = [np.asarray(p, np.int32).reshape(-1) for p in prompts]
-    tokens = np.full((len(rows), width), pad_id, np.int32)
-    valid = np.zeros((len(rows), width), bool)
-    for b, row in enumerate(rows):
-        if row.size:
-            tokens[b, width - row.size :] = row
-            valid[b, width - row.size :] = True
-    return tokens, valid
+__all__ = ["PromptBatch", "Sampler", "default_bucket", "left_pad"]
 
 
 class Sampler:
@@ -187,34 +178,21 @@ class Sampler:
         live_prompts=None,
     ) -> tuple[tuple, dict]:
         """Checks `generate`'s arguments; returns the jitted program's (arguments, static ones)."""
-        lengths = [len(np.asarray(p).reshape(-1)) for p in prompt_tokens]
-        if not lengths:
-            raise ValueError("generate() needs at least one prompt")
-        if min(lengths) == 0:
-            raise ValueError(f"prompt {lengths.index(0)} is empty; every prompt needs a token")
-        if max_new_tokens < 1 or num_samples < 1:
-            raise ValueError(f"{max_new_tokens=} and {num_samples=} must be positive")
-        if max(lengths) + max_new_tokens > self.cfg.max_position:
-            raise ValueError(
-                f"prompt of {max(lengths)} tokens + {max_new_tokens} new tokens exceeds "
-                f"max_position={self.cfg.max_position}"
-            )
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
-        if top_p is not None and not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-        top_k = int(top_k) if top_k else None
-        if top_k is not None and not 0 < top_k <= self.cfg.vocab_size:
-            raise ValueError(f"top_k must be in [1, {self.cfg.vocab_size}], got {top_k}")
+        prompts, top_k = check_request(
+            self.cfg,
+            prompt_tokens,
+            max_new_tokens=max_new_tokens,
+            num_samples=num_samples,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+        )
+        lengths = [len(p) for p in prompts]
         live = len(lengths) if live_prompts is None else int(live_prompts)
         if not 1 <= live <= len(lengths):
             raise ValueError(f"live_prompts={live_prompts} must be in [1, {len(lengths)}]")
         greedy = temperature == 0.0
-        for b, prompt in enumerate(prompt_tokens):
-            check_token_ids(
-                np.asarray(prompt).reshape(-1), None, self.cfg.vocab_size, f"prompt {b}"
-            )
-        tokens, valid = left_pad(prompt_tokens, self.bucket(max(lengths)), self.pad_id)
+        tokens, valid = left_pad(prompts, self.bucket(max(lengths)), self.pad_id)
         stops = stopping.make_stop_set(eos_ids, stop_sequences)
         args = (
             params,

@@ -59,6 +59,7 @@ from memr1.env.setup import check_memory_config
 from memr1.eval.judge_backends import JudgeBackendError
 from memr1.memory import BankOverflowError
 from memr1.rl import grpo, ppo
+from memr1.sampling.engine import EngineSettings
 from memr1.torchless import without_torch
 from memr1.train import faults, loop, lora, mesh, sft, validators, wandb_log
 from memr1.train.checkpoint import Checkpointer
@@ -204,7 +205,12 @@ def _local_judge_reward(config, hf_dir):
         attention=config.model.attention,
     )
     return answer_reward(
-        config, local_judge=load.local_judge(backbone, batch_size=config.agents.batch_size)
+        config,
+        local_judge=load.local_judge(
+            backbone,
+            batch_size=config.agents.batch_size,
+            engine=EngineSettings.from_config(config),
+        ),
     )
 
 
@@ -241,6 +247,7 @@ def _train(
         batch_size=config.agents.batch_size,
         max_prompt_tokens=config.agents.max_prompt_tokens,
         name=config.stage,
+        engine=EngineSettings.from_config(config),
     )
     workdir = Path(workdir)
     with (

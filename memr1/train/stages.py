@@ -19,6 +19,7 @@ from memr1.env.policy import SamplingConfig
 from memr1.eval.judge import LocomoJudge
 from memr1.eval.judge_backends import backend_from_config
 from memr1.eval.reward import AnswerReward, check_reward
+from memr1.sampling.engine import EngineSettings
 from memr1.train import multihost
 from memr1.train.prepare import Models
 
@@ -56,6 +57,7 @@ def reward_env(config, models: Models, reward: AnswerReward | None = None) -> Re
         batch_size=config.agents.batch_size,
         max_prompt_tokens=config.agents.max_prompt_tokens,
         name="frozen answerer",
+        engine=EngineSettings.from_config(config),
     )
     return RewardEnv(
         answerer=answerer,

@@ -15,8 +15,9 @@ greedily (temperature 0, as the paper decodes for validation and test):
                  ... Only turns with linked questions are validated (a reward needs a question).
   SFT            the target tokens' mean NLL (`sft.eval_sft_loss`): val/loss.
 
-One sampler call per process per pass (the policy's prompts, then the answerer's questions)
-unless `train.val_batch_size` caps the prompts per call. The key is fixed, so every pass
+One engine run per process per pass (the policy's prompts, then the answerer's questions),
+decoding every prompt at once unless `train.val_batch_size` caps the prompts decoded at once
+(slots refill as replies end). The key is fixed, so every pass
 decodes the same way and two steps' scores differ only by the weights. Multi-host: process p
 scores its share [p·n/P, (p+1)·n/P) of the n states (it need not split evenly) with its own
 replica of the weights; the shares' sums are gathered and every process returns the same means.
@@ -59,7 +60,7 @@ def process_share(n: int, *, index: int | None = None, count: int | None = None)
 
 
 def _rows(n: int, cap: int) -> int:
-    """Prompts per sampler call: all n (or `cap`), rounded up to the local devices' count."""
+    """Prompts decoded at once: all n (or `cap`), rounded up to the local devices' count."""
     rows = max(1, min(n, cap) if cap > 0 else n)
     per = jax.local_device_count()
     return -(-rows // per) * per

@@ -43,6 +43,7 @@ def _conversations(data: Any) -> list:
 
 def _policy(config: Any, hf_dir: str | None):
     from memr1.env.load import load_backbone, make_policy
+    from memr1.sampling.engine import EngineSettings
 
     size = config.model.size
     backbone = load_backbone(
@@ -54,6 +55,7 @@ def _policy(config: Any, hf_dir: str | None):
         batch_size=config.agents.batch_size,
         max_prompt_tokens=config.agents.max_prompt_tokens,
         name=name,
+        engine=EngineSettings.from_config(config),
     )
 
 

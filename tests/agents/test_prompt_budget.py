@@ -106,7 +106,7 @@ def test_evaluation_counts_its_cut_prompts(tokenizer, monkeypatch):
     policy = _policy(tokenizer, budget)
     seen = []
 
-    def complete_ids(prompts, sampling, *, key, num_samples=1, params=None):
+    def complete_ids(prompts, sampling, *, key, num_samples=1, params=None, progress=None):
         seen.extend(prompts)
         return [[Completion("**Answer:** x", ids, ids[:1], np.zeros(1), True, cut)]
                 for ids, cut in prompts]  # fmt: skip

@@ -49,7 +49,8 @@ def test_the_dry_run_writes_every_phase(tmp_path):
 
     rollout = report["rollout"]
     assert (rollout["prompts"], rollout["group"], rollout["rows"]) == (4, 2, 8)
-    assert rollout["sampler_programs"] == 1  # two calls, one compiled program
+    # Two calls, the engine's two programs (its prefill and its decode round), compiled once.
+    assert rollout["sampler_programs"] == 2
     assert 0 < rollout["new_tokens"] <= 8 * 8 and rollout["new_tok_per_s"] > 0
     assert rollout["first_call_s"] > rollout["call_s"] > 0
 

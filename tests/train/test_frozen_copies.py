@@ -44,8 +44,8 @@ def test_a_policy_decodes_from_a_compute_dtype_copy(tmp_path):
         cfg, setup.graphdef, s0.params, tok, eos_ids=[tok.eos_token_id], pad_id=0, batch_size=2
     )
     seen = []
-    generate = policy.sampler.generate
-    policy.sampler.generate = lambda params, *a, **k: (
+    generate = policy.engine.generate
+    policy.engine.generate = lambda params, *a, **k: (
         seen.append(params) or generate(params, *a, **k)
     )
     prompts = [(np.asarray([5, 6, 7], np.int32), False)]

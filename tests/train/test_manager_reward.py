@@ -37,14 +37,17 @@ def reply(text, finished=True):
 class RuleAnswerer:
     """Answers 'names of X's dogs' from the rendered memories: the names in the dog memory."""
 
-    batch_size = 3  # smaller than the items of a call: answering must batch them
+    batch_size = 3  # smaller than the items of a call: retrieval batches them
+    last_run = None  # a rule runs no engine
 
     def __init__(self):
         self.prompts = []
         self.samplings = []
 
-    def complete(self, chats, sampling, key):
+    def complete(self, chats, sampling, key, progress=None):
         self.samplings.append(sampling)
+        if progress is not None:
+            progress(list(range(len(chats))))
         outs = []
         for chat in chats:
             user = chat[-1]["content"]
@@ -181,8 +184,8 @@ def test_states_of_a_step_are_answered_together_and_keep_their_order():
         [STATE, other], [OUTPUTS[:2], OUTPUTS[:2]], env(answerer), key=jax.random.key(0)
     )
     np.testing.assert_array_equal(got.rewards, [[1.0, 0.0], [0.0, 0.0]])
-    # 2 states x 2 candidates x 1 question, answered in batches of 3: two calls.
-    assert len(answerer.samplings) == 2
+    # 2 states x 2 candidates x 1 question, retrieved in batches of 3, answered in one run.
+    assert len(answerer.samplings) == 1
     with pytest.raises(ValueError, match="group sizes"):
         mr.manager_rewards([STATE, other], [OUTPUTS[:2], OUTPUTS[:3]], env(answerer), key=None)
 
@@ -190,7 +193,7 @@ def test_states_of_a_step_are_answered_together_and_keep_their_order():
 class CutAnswerer(RuleAnswerer):
     """Writes memory lines until the budget runs out, never reaching **Answer:**."""
 
-    def complete(self, chats, sampling, key):
+    def complete(self, chats, sampling, key, progress=None):
         self.samplings.append(sampling)
         return [[reply("- Andrew has a dog named Toby\n- Andrew", finished=False)] for _ in chats]
 

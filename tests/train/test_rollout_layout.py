@@ -1,5 +1,5 @@
-"""A rollout lays each weight copy out for decoding once (issue 25 §2), however many sampler
-calls it makes: the policy's for its own calls, then the frozen answerer's for the reward's.
+"""A rollout lays each weight copy out for decoding once (issue 25 §2), however many engine
+runs it makes: the policy's for its own run, then the frozen answerer's for the reward's.
 Counted as the layout programs `rollout_params` runs (a bf16-compute model with float32
 weights, so each layout is a real copy)."""
 
@@ -94,10 +94,11 @@ def test_the_manager_rollout_lays_out_the_answerer_once_for_the_reward(copies, m
     assert rollout_params(seen["answerer"], CFG) is seen["answerer"]
 
 
-@pytest.mark.parametrize("rows, calls, shapes", [(0, 1, {3}), (2, 2, {2})])
-def test_the_rollout_batch_is_a_training_setting(monkeypatch, rows, calls, shapes):
+@pytest.mark.parametrize("rows, slots", [(0, 6), (2, 4)])
+def test_the_rollout_batch_is_a_training_setting(monkeypatch, rows, slots):
     """train.rollout_batch_size, not evaluation's agents.batch_size (1 here), sets a rollout's
-    sampler calls: 0 = the process's 3 states in one call."""
+    decode slots (prompts × G): 0 = the process's 3 states at once. Either way the rollout is
+    one engine run."""
     from memr1.train import stages
     from memr1.tuples import io as tuples_io
 
@@ -107,35 +108,37 @@ def test_the_rollout_batch_is_a_training_setting(monkeypatch, rows, calls, shape
     config.agents.update(batch_size=1, answer_max_new_tokens=2)
     policy = _policy(None, "answer")
     seen = []
-    real = policy.sampler.generate
+    real = policy.engine.generate
 
     def generate(params, prompts, **kw):
-        seen.append(len(prompts))
+        seen.append((len(prompts), kw["slots"]))
         return real(params, prompts, **kw)
 
-    monkeypatch.setattr(policy.sampler, "generate", generate)
+    monkeypatch.setattr(policy.engine, "generate", generate)
     states, do_rollout = stages.rl_states(config, None, policy, "tuples")
     _, params = init_model(CFG, seed=0)
-    groups, _, _ = do_rollout(params, states, jax.random.key(0))
-    assert len(groups) == 3 and len(seen) == calls and set(seen) == shapes
+    groups, _, stats = do_rollout(params, states, jax.random.key(0))
+    assert len(groups) == 3 and seen == [(3, slots)]
+    assert 0.0 < stats["slot_occupancy"] <= 1.0
 
 
-def test_a_short_last_batch_decodes_only_its_real_rows(monkeypatch):
-    """3 prompts in calls of 2: the last call's filler copy starts finished (`live_prompts`), so
-    it costs no decode steps past the real rows' and its rows come back empty (issue 25 §2)."""
+def test_more_prompts_than_slots_are_one_run_that_refills_its_slots(monkeypatch):
+    """3 prompts at a batch of 2 (4 slots for G = 2): one engine run, whose slots take the third
+    prompt's rows as the first ones end; every row comes back."""
     _, params = init_model(CFG, seed=0)
     policy = _policy(params, "answer").with_batch_size(2)
     seen = []
-    real = policy.sampler.generate
+    real = policy.engine.generate
 
     def generate(params, prompts, **kw):
         out = real(params, prompts, **kw)
-        seen.append((len(prompts), kw.get("live_prompts"), np.asarray(out.lengths)))
+        seen.append((len(prompts), kw["slots"], out))
         return out
 
-    monkeypatch.setattr(policy.sampler, "generate", generate)
+    monkeypatch.setattr(policy.engine, "generate", generate)
     prompts = [(np.asarray([5 + i, 9, 13], np.int32), False) for i in range(3)]
     groups = policy.complete_ids(prompts, SAMPLING, key=jax.random.key(0), num_samples=2)
     assert len(groups) == 3 and all(len(g) == 2 for g in groups)
-    assert [(n, live) for n, live, _ in seen] == [(2, 2), (2, 1)]
-    assert (seen[1][2][2:] == 0).all() and (seen[1][2][:2] > 0).all()
+    ((n, slots, out),) = seen
+    assert (n, slots) == (3, 4) and out.stats.slots == 4
+    assert (out.lengths > 0).all() and policy.last_run is out.stats

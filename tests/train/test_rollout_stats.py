@@ -39,7 +39,8 @@ def test_answer_rollout_logs_cut_prompts_apart_from_cut_replies():
             for _ in chats
         ]
 
-    policy = types.SimpleNamespace(complete=complete)
+    policy = types.SimpleNamespace(complete=complete, last_run=types.SimpleNamespace())
+    policy.last_run.slot_occupancy = 0.5
     policy.decode_copy = lambda params: policy
     _, rewards, stats = rollout.answer_rollout(
         policy,
@@ -52,4 +53,5 @@ def test_answer_rollout_logs_cut_prompts_apart_from_cut_replies():
     )
     assert stats["prompt_truncated_frac"] == 0.75
     assert stats["truncated_frac"] == 0.25
+    assert stats["slot_occupancy"] == 0.5  # the engine run's, logged as train/slot_occupancy
     assert rewards.shape == (2, 2)

@@ -37,6 +37,8 @@ class Scripted:
     def decode_copy(self, params=None):
         return self  # a rollout lays its weights out once; a scripted policy has none
 
+    last_run = None  # a scripted policy runs no engine
+
     def complete(self, chats, sampling, *, key, num_samples=1, params=None):
         assert len(chats) <= self.batch_size
         self.calls.append((len(chats), sampling.temperature, num_samples))

@@ -1,4 +1,5 @@
-"""Generation benchmark: memr1's jitted sampler against HF transformers `generate` (PyTorch).
+"""Generation benchmark: memr1's rollout engine and its reference sampler against HF transformers
+`generate` (PyTorch).
 
   python tools/bench/bench_generate.py [--batches 8,32] [--prompt-len 64] [--new-tokens 128]
                                  [--json OUT]
@@ -11,7 +12,11 @@ layout table of `memr1.models.hf_io`) and sample at temperature 1 without filter
 call (prefill included), ms per decode step ((time for N tokens - time for 1 token) / (N - 1)),
 and compile time (first call minus steady state; for HF, its first-call warm-up). The "G x" rows
 show the two ways of drawing G samples per prompt: prefilling B/G prompts once and tiling the
-cache (what the sampler does), against repeating the prompts before prefill. `--gpu` uses
+cache (what the sampler does), against repeating the prompts before prefill. The engine
+(`memr1.sampling.engine`, what every caller samples with) runs the same calls beside the
+reference sampler (`memr1.sampling.Sampler`): all rows in as many slots, every row to the end
+(no EOS), so the rows compare the two designs' cost per step (paged cache, prompt once per
+group, rounds of host visits) where continuous batching has nothing to refill. `--gpu` uses
 the Qwen2.5-3B shape with bf16 weights at batch 64, prompt 512, 128 new tokens, and reports peak
 device memory, and stops with a named reason when JAX or PyTorch sees no GPU. `--no-split`
 skips the 1-token calls (one compile per engine, no per-step or prefill figures) and
@@ -143,6 +148,7 @@ def device_peak_bytes() -> int | None:
 
 
 def bench_ours(sampler, params, prompts, args, *, samples=1, label="memr1") -> dict:
+    """`sampler`: the reference `Sampler` or the `Engine` (the same `generate` arguments)."""
     import jax
 
     def call(new):
@@ -159,8 +165,10 @@ def bench_ours(sampler, params, prompts, args, *, samples=1, label="memr1") -> d
         assert int(out.lengths.min()) == new, "a row stopped early; the timing would be wrong"
         return out
 
-    full = timed(lambda: jax.block_until_ready(call(args.new_tokens)), args.repeats)
-    one = None if args.no_split else timed(lambda: jax.block_until_ready(call(1)), args.repeats)
+    full = timed(lambda: jax.block_until_ready(call(args.new_tokens).tokens), args.repeats)
+    one = None
+    if not args.no_split:
+        one = timed(lambda: jax.block_until_ready(call(1).tokens), args.repeats)
     extra = {"prompts": len(prompts), "samples": samples, "peak_device_bytes": device_peak_bytes()}
     return summarise(label, len(prompts) * samples, args.new_tokens, full, one, extra)
 
@@ -318,7 +326,11 @@ def print_table(report: dict) -> None:
                 cells.append(f"{v!s:>20}" if c == "engine" else f"{v!s:>16}")
         print(" | ".join(cells))
     for batch, ratio in report["speedup_vs_hf"].items():
-        print(f"batch {batch}: memr1 / fastest HF, new tokens/s = {ratio:.1f}x")
+        print(f"batch {batch}: memr1 sampler / fastest HF, new tokens/s = {ratio:.1f}x")
+    for batch, ratio in report.get("engine_speedup_vs_hf", {}).items():
+        print(f"batch {batch}: memr1 engine / fastest HF, new tokens/s = {ratio:.1f}x")
+    for batch, ratio in report.get("engine_vs_sampler", {}).items():
+        print(f"batch {batch}: memr1 engine / sampler, new tokens/s = {ratio:.2f}x")
 
 
 def main(argv=None) -> int:
@@ -331,6 +343,7 @@ def main(argv=None) -> int:
     from memr1.models import transformer
     from memr1.models.config import get_size
     from memr1.sampling import Sampler
+    from memr1.sampling.engine import Engine
 
     if args.gpu:
         require_gpu(need_torch=not args.no_hf)
@@ -339,6 +352,7 @@ def main(argv=None) -> int:
     graphdef, _ = transformer.abstract_model(cfg)
     params = jax.jit(lambda: transformer.init_model(cfg, args.seed)[1])()
     sampler = Sampler(cfg, graphdef)
+    engine = Engine(cfg, graphdef)
     rng = np.random.default_rng(args.seed)
     report = {
         "date": datetime.date.today().isoformat(),
@@ -350,14 +364,18 @@ def main(argv=None) -> int:
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "rows": [],
         "speedup_vs_hf": {},
+        "engine_speedup_vs_hf": {},
+        "engine_vs_sampler": {},
     }
     hf_model = None
     if not args.no_hf:
         hf_model = hf_twin(cfg, params, "cuda" if args.gpu else "cpu")
     for batch in args.batches:
         prompts = rng.integers(1, cfg.vocab_size, size=(batch, args.prompt_len), dtype=np.int32)
-        ours = bench_ours(sampler, params, prompts, args)
-        report["rows"].append(ours)
+        ours = bench_ours(sampler, params, prompts, args, label="memr1 sampler")
+        eng = bench_ours(engine, params, prompts, args, label="memr1 engine")
+        report["rows"] += [ours, eng]
+        report["engine_vs_sampler"][batch] = eng["new_tok_per_s"] / ours["new_tok_per_s"]
         if hf_model is not None:
             gap = max_logit_gap(cfg, graphdef, params, hf_model, prompts)
             theirs = [
@@ -367,13 +385,15 @@ def main(argv=None) -> int:
             report["rows"] += theirs
             best = max(row["new_tok_per_s"] for row in theirs)
             report["speedup_vs_hf"][batch] = ours["new_tok_per_s"] / best
+            report["engine_speedup_vs_hf"][batch] = eng["new_tok_per_s"] / best
         g = args.samples
         if g > 1 and batch % g == 0 and batch == max(args.batches):
             few = prompts[: batch // g]
             tiled = bench_ours(sampler, params, few, args, samples=g, label=f"memr1 G={g} tiled")
             repeated = np.repeat(few, g, axis=0)
             before = bench_ours(sampler, params, repeated, args, label=f"memr1 G={g} repeated")
-            report["rows"] += [tiled, before]
+            grouped = bench_ours(engine, params, few, args, samples=g, label=f"engine G={g}")
+            report["rows"] += [tiled, before, grouped]
         print(json.dumps(report["rows"][-1], default=float), flush=True)
     # The sampler against the trainer on a rollout of G > 1 samples a prompt, at the largest
     # batch's rows: G = --samples, or 2 where the timed rows are G = 1.
