@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
 from memr1.models.config import ModelConfig
 from memr1.sampling import stopping
@@ -235,7 +236,7 @@ class Engine:
                          slots=slots, devices=devices)  # fmt: skip
         scheduler = Scheduler(lengths, plan, ids)
         pool = new_pool(self.cfg, devices, plan.pages_per_device, plan.page_size,
-                        self.cache_dtype, row_split)  # fmt: skip
+                        self.cache_dtype, pool_sharding(params, row_split))  # fmt: skip
         stops = stopping.make_stop_set(eos_ids, stop_sequences)
         if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
             key = jax.random.wrap_key_data(key)  # a raw uint32 key (jax.random.PRNGKey)
@@ -375,3 +376,17 @@ class Engine:
             steps=int(lengths.max()),
             stats=stats,
         )
+
+
+def pool_sharding(params: Any, row_split: NamedSharding | None) -> NamedSharding | None:
+    """Where a run's page pool lives: split over the row devices, else on the weights' mesh
+    whole. The programs' outputs carry the weights' mesh; a pool placed anywhere else on the
+    first call (a plain device placement) would be a second input layout, and so a second
+    compile of the prefill, on every run."""
+    if row_split is not None:
+        return row_split
+    leaves = jax.tree.leaves(params)
+    first = leaves[0].sharding if leaves else None
+    if isinstance(first, NamedSharding):
+        return NamedSharding(first.mesh, PartitionSpec())
+    return None
