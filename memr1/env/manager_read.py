@@ -235,6 +235,73 @@ def _text(value) -> str:
     return value.strip() if isinstance(value, str) else ""
 
 
+class _Reading:
+    """The state of reading one reply's entries in order: the ids already claimed, the ADDs
+    and repeated ids seen. `read` gives an entry's op, or the name of its problem."""
+
+    def __init__(self, id_map: Mapping[int, int], rules: ManagerRules, new_fact_count: int):
+        self.id_map = id_map
+        self.first_wins = rules.repeated_id == "first"
+        self.max_adds = rules.adds_per_fact * new_fact_count if rules.adds_per_fact else None
+        self.taken: set[int] = set()
+        self.adds = self.repeated = 0
+
+    def read(self, entry) -> ManagerOp | str:
+        if isinstance(entry, PartialDict):
+            return "truncated"
+        if not isinstance(entry, dict):
+            return "bad_entry"
+        keyed = _keyed(entry)
+        event = keyed.get("event")
+        name = re.sub(r"[\s_\-]", "", event.upper()) if isinstance(event, str) else None
+        kind = _EVENTS.get(name)
+        if kind is None:
+            return "bad_event"
+        body = _text(keyed.get("text"))
+        if kind == ADD:
+            return self._add(body)
+        shown, problem = _shown_id(keyed.get("id"))
+        if problem is None and shown not in self.id_map:
+            problem = "unknown_id"
+        if kind == NOOP:
+            # A NOOP changes nothing, so a bad id is harmless; it still claims a good id, as
+            # the first word on a memory stands.
+            target = self.id_map[shown] if problem is None else None
+            if target is not None and self._claim(target):
+                return "duplicate_id"
+            return ManagerOp(NOOP, target, body)
+        if problem is not None:
+            return problem
+        target = self.id_map[shown]
+        if target in self.taken:
+            self.repeated += 1
+            if self.first_wins:
+                return "duplicate_id"
+        if kind == UPDATE and not body:
+            return "empty_text"
+        self.taken.add(target)
+        old = keyed.get("old_memory")
+        old = old.strip() if isinstance(old, str) and kind == UPDATE else None
+        return ManagerOp(kind, target, body, old)
+
+    def _add(self, body: str) -> ManagerOp | str:
+        if not body:
+            return "empty_text"
+        self.adds += 1
+        if self.max_adds is not None and self.adds > self.max_adds:
+            return "excess_add"
+        return ManagerOp(ADD, None, body)
+
+    def _claim(self, target: int) -> bool:
+        """Claims `target` for a NOOP; True when it is refused as a repeat (first op wins)."""
+        if target in self.taken:
+            self.repeated += 1
+            if self.first_wins:
+                return True
+        self.taken.add(target)
+        return False
+
+
 def parse_manager_output(
     text: str,
     id_map: Mapping[int, int],
@@ -263,73 +330,15 @@ def parse_manager_output(
         counters["unparseable"] = 1
         return ParsedOps([ManagerOp(NOOP, invalid="unparseable")], counters)
 
+    reading = _Reading(id_map, rules, new_fact_count)
     ops: list[ManagerOp] = []
-    taken: set[int] = set()
-    adds = repeated = 0
-    first_wins = rules.repeated_id == "first"
-    max_adds = rules.adds_per_fact * new_fact_count if rules.adds_per_fact else None
-
-    def reject(kind: str) -> None:
-        counters[kind] += 1
-        ops.append(ManagerOp(NOOP, invalid=kind))
-
     for entry in entries:
-        if isinstance(entry, PartialDict):
-            reject("truncated")
-            continue
-        if not isinstance(entry, dict):
-            reject("bad_entry")
-            continue
-        keyed = _keyed(entry)
-        event = keyed.get("event")
-        name = re.sub(r"[\s_\-]", "", event.upper()) if isinstance(event, str) else None
-        kind = _EVENTS.get(name)
-        if kind is None:
-            reject("bad_event")
-            continue
-        body = _text(keyed.get("text"))
-        old = keyed.get("old_memory")
-        old = old.strip() if isinstance(old, str) else None
-        if kind == ADD:
-            if not body:
-                reject("empty_text")
-            elif max_adds is not None and adds >= max_adds:
-                adds += 1
-                reject("excess_add")
-            else:
-                adds += 1
-                ops.append(ManagerOp(ADD, None, body))
-            continue
-        shown, problem = _shown_id(keyed.get("id"))
-        if problem is None and shown not in id_map:
-            problem = "unknown_id"
-        if kind == NOOP:
-            # A NOOP changes nothing, so a bad id is harmless; it still claims a good id, as
-            # the first word on a memory stands.
-            target = id_map[shown] if problem is None else None
-            if target is not None and target in taken:
-                repeated += 1
-                if first_wins:
-                    reject("duplicate_id")
-                    continue
-            if target is not None:
-                taken.add(target)
-            ops.append(ManagerOp(NOOP, target, body))
-            continue
-        if problem is not None:
-            reject(problem)
-            continue
-        target = id_map[shown]
-        if target in taken:
-            repeated += 1
-            if first_wins:
-                reject("duplicate_id")
-                continue
-        if kind == UPDATE and not body:
-            reject("empty_text")
-            continue
-        taken.add(target)
-        ops.append(ManagerOp(kind, target, body, old if kind == UPDATE else None))
+        op = reading.read(entry)
+        if isinstance(op, str):
+            counters[op] += 1
+            op = ManagerOp(NOOP, invalid=op)
+        ops.append(op)
+    adds, repeated = reading.adds, reading.repeated
     return ParsedOps(
         ops,
         counters,

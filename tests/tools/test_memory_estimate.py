@@ -103,9 +103,14 @@ for tool, argv in json.loads(sys.argv[1]):
         failed = 1
 sys.exit(failed)
 """
+# The update compiled with einsum attention: XLA plans its buffers as an accelerator would. The
+# block-skipping kernel's stand-ins (host callbacks) pin the schedule around them: XLA:CPU's
+# buffers there hold 8 of the block's [T, F] tensors at the peak where the estimate counts 4, as
+# the einsum programs' plans hold (est/xla 0.69 full, 0.73 minimal at these widths,
+# docs/benchmarks.md), a figure of the stand-in, not of the kernel.
 POD_STEP = ["--size", "tiny", "--layers", "2", "--states", "16", "--max-new-tokens", "128",
             "--prompt-lengths", "400:700", "--reply-lengths", "40:120", "--no-sampler",
-            "--width-classes", "1"]  # fmt: skip
+            "--width-classes", "1", "--attention", "einsum"]  # fmt: skip
 SAMPLER = ["--stage", "manager", "--layers", "2", "--layouts", "none", "--states", "16",
            "--max-new-tokens", "512", "--answer-max-new-tokens", "256"]  # fmt: skip
 COMMANDS = {
