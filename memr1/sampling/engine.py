@@ -39,11 +39,19 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from memr1.models.config import ModelConfig
 from memr1.sampling import stopping
+from memr1.sampling.device_schedule import Prompt, RunPlan, ceil_div, pow2_at_least
 from memr1.sampling.layout import row_devices
 from memr1.sampling.paged import KERNELS
 from memr1.sampling.programs import Programs, new_pool
-from memr1.sampling.request import PromptBatch, check_request, default_bucket, left_pad
-from memr1.sampling.scheduler import Prompt, RunPlan, Scheduler, ceil_div, pow2_at_least
+from memr1.sampling.request import (
+    PromptBatch,
+    check_request,
+    default_bucket,
+    left_pad,
+    prompt_ids_of,
+    sampling_args,
+)
+from memr1.sampling.scheduler import Scheduler
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,42 +237,25 @@ class Engine:
             raise ValueError(f"slots must be >= 1, got {slots}")
         devices, row_split = row_devices(params)
         lengths = [len(p) for p in prompts]
-        ids = np.arange(len(prompts)) if prompt_ids is None else np.asarray(prompt_ids, np.int64)
-        if ids.shape != (len(prompts),) or ids.min() < 0 or ids.max() >= 2**31:
-            raise ValueError(f"prompt_ids must be {len(prompts)} ids in [0, 2**31), got {ids}")
+        ids = prompt_ids_of(prompt_ids, len(prompts))
         plan = self.plan(lengths, num_samples=g, max_new_tokens=int(max_new_tokens),
                          slots=slots, devices=devices)  # fmt: skip
         scheduler = Scheduler(lengths, plan, ids)
         pool = new_pool(self.cfg, devices, plan.pages_per_device, plan.page_size,
                         self.cache_dtype, pool_sharding(params, row_split))  # fmt: skip
         stops = stopping.make_stop_set(eos_ids, stop_sequences)
-        if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-            key = jax.random.wrap_key_data(key)  # a raw uint32 key (jax.random.PRNGKey)
-        greedy = temperature == 0.0
         kernel = self.settings.kernel()
         if kernel == "pallas" and row_split is not None and row_split.mesh.shape["tensor"] > 1:
             raise ValueError(
                 "engine.attention='pallas' splits rows over data x fsdp only; this mesh has a "
                 "tensor axis: use engine.attention='xla'"
             )
-        args = (key, np.float32(1.0 if greedy else temperature),
-                np.float32(1.0 if top_p is None else top_p), stops)  # fmt: skip
-        static = dict(
-            greedy=greedy,
-            top_k=None if greedy else top_k,
-            use_top_p=not greedy and top_p is not None and top_p < 1.0,
-            row_split=row_split,
-        )
+        args, static = sampling_args(key, temperature, top_k, top_p, stops, row_split)
         state = {"pool": pool}
 
         def prefill(new):
-            n = self.settings.prefill_prompts
-            calls = max(ceil_div(len(device), n) for device in new)
-            for c in range(calls):
-                chunk = [device[c * n : (c + 1) * n] for device in new]
-                state["pool"] = self._prefill(
-                    params, state["pool"], chunk, prompts, plan, args, static
-                )
+            state["pool"], calls = self._prefill_all(params, state["pool"], new, prompts, plan,
+                                                     args, static)  # fmt: skip
             return calls
 
         def decode(rows, refill_at):
@@ -276,15 +267,17 @@ class Engine:
 
         count = scheduler.run(prefill, decode, stops.window, progress)
         state.clear()  # the pool's memory is free before the outputs are built
-        stats = EngineStats(
-            **count,
-            preempted=scheduler.preempted,
-            slots=plan.devices * plan.slots_per_device,
-            pool_pages=plan.pages_per_device,
-            peak_pages=scheduler.peak_pages,
-            page_size=plan.page_size,
-        )
-        return self._output(scheduler, prompts, plan, stats)
+        return self._output(scheduler, prompts, plan, count)
+
+    def _prefill_all(self, params, pool, new, prompts, plan, args, static):
+        """Prefills the new prompts of every device, `engine.prefill_prompts` a device a call:
+        (pool, calls)."""
+        n = self.settings.prefill_prompts
+        calls = max(ceil_div(len(device), n) for device in new)
+        for c in range(calls):
+            chunk = [device[c * n : (c + 1) * n] for device in new]
+            pool = self._prefill(params, pool, chunk, prompts, plan, args, static)
+        return pool, calls
 
     def lower_round(
         self, params: Any, plan: RunPlan, *, level: int = 0, reply_pages: int | None = None,
@@ -353,7 +346,17 @@ class Engine:
                 prompt.first_stops = first_stops[row]
         return pool
 
-    def _output(self, scheduler: Scheduler, prompts, plan: RunPlan, stats) -> EngineOutput:
+    def _output(self, scheduler: Scheduler, prompts, plan: RunPlan, count: dict) -> EngineOutput:
+        """The run's replies in prompt-major rows (b·G + g), and its stats (`count`: the
+        scheduler's counts of rounds and steps)."""
+        stats = EngineStats(
+            **count,
+            preempted=scheduler.preempted,
+            slots=plan.devices * plan.slots_per_device,
+            pool_pages=plan.pages_per_device,
+            peak_pages=scheduler.peak_pages,
+            page_size=plan.page_size,
+        )
         g, new = plan.num_samples, plan.max_new
         rows = len(prompts) * g
         tokens = np.full((rows, new), self.pad_id, np.int32)

@@ -160,21 +160,10 @@ class Programs:
             i, pool, token_R, length_R, tail_RW, active_R, stopped_R, toks, logps, ended, live = (
                 carry
             )
-            view = RowPages(
-                rows["prompt_table"],
-                rows["prompt_slot_len"],
-                rows["cell"],
-                rows["reply_table"],
-                length_R.reshape(d, r),
-                active_R.reshape(d, r),
-            )
-            cache = [PagedLayer(pages, view, num_samples, kernel, row_split) for pages in pool]
-            positions_R1 = (rows["prompt_len"] + length_R - 1)[:, None]
-            h_R1D, cache = transformer.forward(
-                graphdef, params, token_R[:, None], positions_R1, None, cache, 0
-            )
-            pool = [split(c.pages) for c in cache]
-            logits_RV = transformer.logits_fn(graphdef, params, h_R1D)[:, 0]
+            pool, logits_RV = _decode_step(
+                graphdef, params, pool, rows, token_R, length_R, active_R,
+                num_samples=num_samples, kernel=kernel, row_split=row_split,
+            )  # fmt: skip
             step_keys = jax.vmap(jax.random.fold_in)(keys_R, length_R)
             new_R, logp_R = choose(logits_RV, step_keys)
             new_R = jnp.where(active_R, new_R, pad)
@@ -208,3 +197,27 @@ class Programs:
             cond, body, carry
         )
         return pool, toks, logps, length_R, active_R, stopped_R, i, live
+
+
+def _decode_step(
+    graphdef, params, pool: Pool, rows: dict, token_R, length_R, active_R, *,
+    num_samples: int, kernel: str, row_split,
+):  # fmt: skip
+    """One decode step of every slot through the paged pool: (pool, logits [S, V])."""
+    d, r = rows["cell"].shape
+    view = RowPages(
+        rows["prompt_table"],
+        rows["prompt_slot_len"],
+        rows["cell"],
+        rows["reply_table"],
+        length_R.reshape(d, r),
+        active_R.reshape(d, r),
+    )
+    cache = [PagedLayer(pages, view, num_samples, kernel, row_split) for pages in pool]
+    positions_R1 = (rows["prompt_len"] + length_R - 1)[:, None]
+    h_R1D, cache = transformer.forward(
+        graphdef, params, token_R[:, None], positions_R1, None, cache, 0
+    )
+    split = splitter(row_split)
+    pool = [split(c.pages) for c in cache]
+    return pool, transformer.logits_fn(graphdef, params, h_R1D)[:, 0]

@@ -1,4 +1,5 @@
-"""What every rollout request is checked against, and how prompts are padded to a bucket.
+"""What every rollout request is checked against, how prompts are padded to a bucket, and how
+a request's sampling settings reach the engine's programs.
 
 The rollout engine (`memr1.sampling.engine`) and the reference sampler
 (`memr1.sampling.sampler`) accept the same requests and reject the same bad ones, with errors
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from memr1.models.config import ModelConfig
@@ -75,3 +78,28 @@ def check_request(
     for b, prompt in enumerate(prompts):
         check_token_ids(prompt, None, cfg.vocab_size, f"prompt {b}")
     return [p.astype(np.int32) for p in prompts], top_k
+
+
+def prompt_ids_of(prompt_ids: Sequence[int] | None, n: int) -> np.ndarray:
+    """Each prompt's id in the key: `prompt_ids`, or 0 .. n - 1."""
+    ids = np.arange(n) if prompt_ids is None else np.asarray(prompt_ids, np.int64)
+    if ids.shape != (n,) or ids.min() < 0 or ids.max() >= 2**31:
+        raise ValueError(f"prompt_ids must be {n} ids in [0, 2**31), got {ids}")
+    return ids
+
+
+def sampling_args(key, temperature, top_k, top_p, stops, row_split) -> tuple[tuple, dict]:
+    """A run's traced sampling arguments (key, temperature, top-p, stop set) and its static
+    ones (greedy, top-k, whether top-p applies, the rows' sharding)."""
+    if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.wrap_key_data(key)  # a raw uint32 key (jax.random.PRNGKey)
+    greedy = temperature == 0.0
+    args = (key, np.float32(1.0 if greedy else temperature),
+            np.float32(1.0 if top_p is None else top_p), stops)  # fmt: skip
+    static = dict(
+        greedy=greedy,
+        top_k=None if greedy else top_k,
+        use_top_p=not greedy and top_p is not None and top_p < 1.0,
+        row_split=row_split,
+    )
+    return args, static

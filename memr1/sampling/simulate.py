@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from memr1.sampling.scheduler import RunPlan, Scheduler
+from memr1.sampling.device_schedule import RunPlan
+from memr1.sampling.scheduler import Scheduler
 
 
 def simulate(prompt_lengths, reply_lengths, plan: RunPlan) -> tuple[dict, Scheduler]:

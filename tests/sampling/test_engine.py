@@ -11,8 +11,8 @@ import pytest
 from memr1.models import transformer
 from memr1.models.config import get_size
 from memr1.sampling import Sampler
+from memr1.sampling.device_schedule import PoolTooSmallError
 from memr1.sampling.engine import Engine, EngineSettings
-from memr1.sampling.scheduler import PoolTooSmallError
 from tests.sampling.reference import TEST_CFG, noisy_model, trainer_logprobs
 
 # Compiles models: tens of seconds on 2 cores (make test-fast skips it).

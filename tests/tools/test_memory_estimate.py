@@ -111,8 +111,13 @@ sys.exit(failed)
 POD_STEP = ["--size", "tiny", "--layers", "2", "--states", "16", "--max-new-tokens", "128",
             "--prompt-lengths", "400:700", "--reply-lengths", "40:120", "--no-sampler",
             "--width-classes", "1", "--attention", "einsum"]  # fmt: skip
+# The reference sampler's calls, whose dense cache the estimate's rollout part models. The
+# frozen answerer's call at 64 prompts (8 a device): at recipe=paper's 512 the dense sampler
+# prefills 64 prompts a device at once, where XLA plans 5.1 bytes a prefill score against the
+# estimate's 6 (est/xla 1.18); the engine prefills `engine.prefill_prompts` (1) a device.
 SAMPLER = ["--stage", "manager", "--layers", "2", "--layouts", "none", "--states", "16",
-           "--max-new-tokens", "512", "--answer-max-new-tokens", "256"]  # fmt: skip
+           "--max-new-tokens", "512", "--answer-max-new-tokens", "256",
+           "--answerer-prompts", "64"]  # fmt: skip
 COMMANDS = {
     # One compile of the real GRPO step (tiny widths, 2 blocks): ~20 s.
     "xla_peak": ("memory_vs_xla", ["--case", "tiny:2:32:256:64:1"]),
@@ -123,10 +128,10 @@ COMMANDS = {
     # minimal remat, docs/benchmarks.md), which it shares at 7B widths.
     "full": ("bench_pod_step", [*POD_STEP, "--remat-policy", "full"]),
     "minimal": ("bench_pod_step", [*POD_STEP, "--remat-policy", "minimal"]),
-    # The manager stage's two sampler calls at Qwen2.5-7B widths (2 blocks, compiled in float32:
-    # XLA:CPU's bf16 programs add float32 copies of the weights that an accelerator never
-    # makes): the policy's rollout (16 prompts x G 8 a call) and the frozen answerer's reward
-    # call (8 prompts, greedy). ~15 s.
+    # The manager stage's two reference-sampler calls at Qwen2.5-7B widths (2 blocks, compiled
+    # in float32: XLA:CPU's bf16 programs add float32 copies of the weights that an
+    # accelerator never makes): the policy's rollout (the recipe's 64 prompts x G 8 a call) and
+    # the frozen answerer's reward call (64 prompts, greedy). ~30 s.
     "sampler": ("bench_pod_step", SAMPLER),
 }
 

@@ -114,10 +114,9 @@ def parse_args(argv):
     p.add_argument("--prompt-lengths", type=parse_range, help="LO:HI (default per stage)")
     p.add_argument("--reply-lengths", type=parse_range, help="LO:HI (default per stage)")
     p.add_argument("--states", type=int, help="states a step (default: train.batch_size)")
-    p.add_argument(
-        "--max-new-tokens", type=int, help="the stage's budget (default: agents.<stage>_...)"
-    )
+    p.add_argument("--max-new-tokens", type=int, help="the stage's budget (default: agents')")
     p.add_argument("--answer-max-new-tokens", type=int, help="default: agents'")
+    p.add_argument("--answerer-prompts", type=int, help="its call's prompts (agents.batch_size)")
     p.add_argument(
         "--micro-rows", type=int, help="rows a device a micro-batch (default: train.micro_rows)"
     )
@@ -159,6 +158,8 @@ def recipe_config(args):
         config.agents[f"{args.stage}_max_new_tokens"] = args.max_new_tokens
     if args.answer_max_new_tokens:
         config.agents.answer_max_new_tokens = args.answer_max_new_tokens
+    if args.answerer_prompts:
+        config.agents.batch_size = args.answerer_prompts
     if args.micro_rows:
         config.train.micro_rows = args.micro_rows
     if args.remat_policy:

@@ -42,6 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
+from memr1.torchless import without_torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 WORKLOADS = {
@@ -183,4 +185,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    without_torch()
     sys.exit(main())

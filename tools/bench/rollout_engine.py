@@ -62,6 +62,8 @@ from pathlib import Path
 
 import numpy as np
 
+from memr1.torchless import without_torch
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
@@ -315,4 +317,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    without_torch()
     sys.exit(main())
