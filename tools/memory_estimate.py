@@ -21,7 +21,8 @@ Per device, the estimate is
                 several hosts also its process-local replica, whole on every device]
   update   = gradients (+ the critic's) + max(float32 accumulators + activations,
                                               optimiser temporaries)
-  rollout  = decode copy + KV cache of the rollout rows + one layer's prefill attention
+  rollout  = decode copy + KV cache (the rollout engine's page pool, or the reference
+             sampler's dense rows) + one layer's prefill attention
   save     = 0 (an asynchronous checkpoint save's copy of the state is in host memory)
   total    = resident + max(update, rollout) + save
 
@@ -41,7 +42,11 @@ hosts (`SETUPS[...]["hosts"]`) a process samples from process-local replicas
 (`memr1.train.multihost`): the policy's, made per rollout, and the answerer's, made once for the
 run (`memr1.train.stages.reward_env`), each whole on every device, so the answerer's replica
 is resident beside the policy's decode copy. The rows of the KV cache are divided over
-data x fsdp, as the sampler splits them.
+data x fsdp, as the sampler splits them. With `--kv-tokens` (config `engine.kv_tokens`, what
+`recipe=paper` sets) the cache is the rollout engine's pool of that many tokens a device
+(`memr1.sampling.engine`), whatever the rows; without it, the reference sampler's dense
+`[rows, prompt + response]` cache (an upper bound of the engine's pool at `kv_tokens` 0).
+`--prefill-prompts` (`engine.prefill_prompts`) caps the prompts a device prefills at once.
 
 The PPO critic (`memr1.rl.critic.ValueModel`: the policy's trunk without its LM head) trains
 beside the policy: float32 weights, two moments, its gradient and accumulator, ~20 bytes a
@@ -174,6 +179,12 @@ class Workload:
     # The update's attention kernel (config model.attention): "auto" resolves to a fused flash
     # kernel on an accelerator (no [T, T] scores) and to one that materialises them on a CPU.
     attention: str = "auto"
+    # The rollout engine's page pool, KV tokens a device (config engine.kv_tokens); 0: the
+    # reference sampler's dense cache of the call's rows.
+    kv_tokens: int = 0
+    # Prompts a device prefills in one program (config engine.prefill_prompts); 0: every prompt
+    # of the call at once, as the reference sampler does.
+    prefill_prompts: int = 0
 
 
 def estimate(
@@ -319,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
         "--attention", default=Workload.attention, choices=parts.ATTENTION,
         help="the update's attention kernel (model.attention; auto: fused on an accelerator)",
     )  # fmt: skip
+    p.add_argument("--kv-tokens", type=int, default=0, help="the engine's pool a device (0: dense)")
+    p.add_argument("--prefill-prompts", type=int, default=0, help="a device's prefill (0: all)")
     p.add_argument("--margin", type=float, default=0.1, help="share of the device kept free")
     p.add_argument("--json", type=Path, help="also write every row as JSON")
     args = p.parse_args(argv)
@@ -337,15 +350,18 @@ def main(argv: list[str] | None = None) -> int:
         scan_layers=args.scan_layers,
         remat_policy=args.remat_policy,
         attention=args.attention,
+        kv_tokens=args.kv_tokens,
+        prefill_prompts=args.prefill_prompts,
     )
     rows = [
         estimate(size, setup, w, args.margin)
         for size in args.size or list(SIZES)
         for setup in args.setup or DEFAULT_SETUPS
     ]
+    cache = f"engine pool {w.kv_tokens} tokens" if w.kv_tokens else "dense cache"
     print(
         f"per device, GiB | {w.rows_per_device} rows x {w.prompt + w.response} tokens per "
-        f"micro-batch, rollout {w.rollout_prompts} prompts x G={w.group}, "
+        f"micro-batch, rollout {w.rollout_prompts} prompts x G={w.group} ({cache}), "
         f"{w.param_dtype} master, KL beta {w.kl_beta}, grad accumulation {w.grad_accum}, "
         f"{w.stage} stage, {w.algo}" + (f", LoRA rank {w.lora_rank}" if w.lora_rank else "")
     )

@@ -185,9 +185,12 @@ def rollout_bytes(
     prompts = -(-w.rollout_prompts // rows_axes)
     rows = -(-w.rollout_prompts * w.group // rows_axes)
     kv_per_token = cfg.n_layers * 2 * (cfg.n_kv_heads // tp) * cfg.head_dim * compute_bytes
-    kv = rows * (w.prompt + w.response) * kv_per_token
+    # The engine's pool is fixed whatever the rows; the reference sampler's cache holds every
+    # row at the prompt bucket plus the whole budget.
+    kv = (w.kv_tokens or rows * (w.prompt + w.response)) * kv_per_token
     # Prefill without gradients: float32 scores and bf16 probabilities of one layer.
-    prefill = prompts * (cfg.n_heads // tp) * w.prompt**2 * 6
+    prefilled = min(prompts, w.prefill_prompts) if w.prefill_prompts else prompts
+    prefill = prefilled * (cfg.n_heads // tp) * w.prompt**2 * 6
     return {
         "decode_copy": decode,
         "kv_cache": kv,

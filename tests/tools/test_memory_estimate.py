@@ -79,6 +79,24 @@ def test_a_fused_attention_kernel_keeps_no_scores():
         tool.estimate("tiny", "1x141GB", tool.dataclasses.replace(w, attention="sdpa"))
 
 
+def test_the_engines_pool_replaces_the_dense_cache_and_its_prefill_is_capped():
+    """`--kv-tokens` / `--prefill-prompts` (config engine.*): the rollout holds the engine's
+    pool of that many tokens a device whatever the rows, and prefills that many prompts."""
+    tool = load_tool("memory_estimate")
+    cfg = get_size("qwen2.5-7b")
+    w = tool.Workload(rollout_prompts=64, group=8, prompt=4096, response=2048)
+    dense = tool.estimate("qwen2.5-7b", "8x80GB-fsdp", w)["rollout"]
+    paged = tool.dataclasses.replace(w, kv_tokens=131072, prefill_prompts=1)
+    engine = tool.estimate("qwen2.5-7b", "8x80GB-fsdp", paged)["rollout"]
+    per_token = cfg.n_layers * 2 * cfg.n_kv_heads * cfg.head_dim * 2  # bf16 K and V
+    assert per_token == 57344  # Qwen2.5-7B: 28 layers x 2 x 4 kv heads x 128 x 2 bytes
+    assert dense["kv_cache"] == 64 * 8 // 8 * 6144 * per_token  # 64 rows a device, whole budget
+    assert engine["kv_cache"] == 131072 * per_token
+    assert dense["prefill_attention"] == 8 * cfg.n_heads * 4096**2 * 6  # 8 prompts a device
+    assert engine["prefill_attention"] == cfg.n_heads * 4096**2 * 6
+    assert engine["decode_copy"] == dense["decode_copy"]
+
+
 def test_tpu_setups_are_listed_with_their_chips():
     tool = load_tool("memory_estimate")
     for name, capacity in (("v5e-16", 16 * 10**9), ("v5p-16", 95 * 10**9)):
