@@ -267,16 +267,17 @@ class _Reading:
             # A NOOP changes nothing, so a bad id is harmless; it still claims a good id, as
             # the first word on a memory stands.
             target = self.id_map[shown] if problem is None else None
-            if target is not None and self._claim(target):
+            if target is None:
+                return ManagerOp(NOOP, None, body)
+            if self._refused_repeat(target):
                 return "duplicate_id"
+            self.taken.add(target)
             return ManagerOp(NOOP, target, body)
         if problem is not None:
             return problem
         target = self.id_map[shown]
-        if target in self.taken:
-            self.repeated += 1
-            if self.first_wins:
-                return "duplicate_id"
+        if self._refused_repeat(target):
+            return "duplicate_id"
         if kind == UPDATE and not body:
             return "empty_text"
         self.taken.add(target)
@@ -292,14 +293,12 @@ class _Reading:
             return "excess_add"
         return ManagerOp(ADD, None, body)
 
-    def _claim(self, target: int) -> bool:
-        """Claims `target` for a NOOP; True when it is refused as a repeat (first op wins)."""
-        if target in self.taken:
-            self.repeated += 1
-            if self.first_wins:
-                return True
-        self.taken.add(target)
-        return False
+    def _refused_repeat(self, target: int) -> bool:
+        """Counts an op on an id already claimed; True when it is refused (first op wins)."""
+        if target not in self.taken:
+            return False
+        self.repeated += 1
+        return self.first_wins
 
 
 def parse_manager_output(
@@ -338,11 +337,10 @@ def parse_manager_output(
             counters[op] += 1
             op = ManagerOp(NOOP, invalid=op)
         ops.append(op)
-    adds, repeated = reading.adds, reading.repeated
     return ParsedOps(
         ops,
         counters,
         truncated_list=isinstance(entries, PartialList),
-        repeated_ids=repeated,
-        extra_adds=max(0, adds - new_fact_count),
+        repeated_ids=reading.repeated,
+        extra_adds=max(0, reading.adds - new_fact_count),
     )
