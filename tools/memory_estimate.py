@@ -186,6 +186,12 @@ class Workload:
     # of the call at once, as the reference sampler does.
     prefill_prompts: int = 0
 
+    def __post_init__(self):
+        for name in ("rows_per_device", "prompt", "response", "rollout_prompts", "group",
+                     "logprob_chunk", "lora_rank", "kv_tokens", "prefill_prompts"):  # fmt: skip
+            if getattr(self, name) < 0:
+                raise ValueError(f"Workload.{name} must be >= 0, got {getattr(self, name)}")
+
 
 def estimate(
     size: str, setup: str, w: Workload = Workload(), margin: float = 0.1, layers: int | None = None
@@ -335,24 +341,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--margin", type=float, default=0.1, help="share of the device kept free")
     p.add_argument("--json", type=Path, help="also write every row as JSON")
     args = p.parse_args(argv)
-    w = Workload(
-        rows_per_device=args.rows_per_device,
-        prompt=args.prompt,
-        response=args.response,
-        rollout_prompts=args.rollout_prompts,
-        group=args.group,
-        kl_beta=args.kl_beta,
-        grad_accum=args.grad_accum,
-        param_dtype=args.param_dtype,
-        stage=args.stage,
-        algo=args.algo,
-        lora_rank=args.lora_rank,
-        scan_layers=args.scan_layers,
-        remat_policy=args.remat_policy,
-        attention=args.attention,
-        kv_tokens=args.kv_tokens,
-        prefill_prompts=args.prefill_prompts,
-    )
+    try:  # every Workload field the command line names, by the same name
+        fields = {f.name for f in dataclasses.fields(Workload)}
+        w = Workload(**{k: v for k, v in vars(args).items() if k in fields})
+    except ValueError as err:
+        p.error(str(err))
     rows = [
         estimate(size, setup, w, args.margin)
         for size in args.size or list(SIZES)

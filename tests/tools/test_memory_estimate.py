@@ -207,3 +207,12 @@ def test_the_estimate_is_within_15_percent_of_the_recipes_sampler_calls(reports)
     assert set(rows) == {"rollout", "reward"}
     for row in rows.values():
         assert 0.85 <= row["estimate_over_xla"] <= 1.15, row
+
+
+def test_a_negative_count_is_a_named_usage_error(capsys):
+    tool = load_tool("memory_estimate")
+    for flag, field in (("--kv-tokens", "kv_tokens"), ("--group", "group")):
+        with pytest.raises(SystemExit) as exit_info:
+            tool.main([flag, "-1", "--size", "tiny", "--setup", "1x141GB"])
+        assert exit_info.value.code == 2
+        assert f"Workload.{field} must be >= 0, got -1" in capsys.readouterr().err
